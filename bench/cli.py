@@ -1,0 +1,89 @@
+"""``python -m bench``: run, list."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import torch
+
+import models
+from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
+from bench.config import RunConfig, gpus_available, resolve
+from bench.environment import environment
+from bench.launch import launch_local, threads_per_process, under_torchrun
+from bench.logs import configure_logging
+from bench.records import append_record, build_record
+from bench.runner import train
+from strategies import STRATEGIES, ConfigError, Launch, get_strategy
+
+log = logging.getLogger("bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="bench", description="Compare PyTorch parallelism strategies.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every step")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    run = commands.add_parser("run", help="train one configuration, time it, append its record")
+    add_config_arguments(run, RunConfig)
+    commands.add_parser("list", help="strategies, models, presets and the devices found")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose)
+    if args.command == "list":
+        return cmd_list()
+    if args.command == "run":
+        return cmd_run(args, argv)
+    raise AssertionError(args.command)
+
+
+def cmd_list() -> int:
+    print("strategies:")
+    for name, cls in STRATEGIES.items():
+        print(f"  {name:<8} {cls.launch.value:<11} {cls.description}")
+    print(f"models:     {', '.join(models.FAMILIES)}  (or package.module:function)")
+    print(f"presets:    {', '.join(models.PRESETS)}")
+    gpus = gpus_available()
+    names = [torch.cuda.get_device_name(i) for i in range(gpus)]
+    print(f"devices:    {gpus} GPU(s){': ' + ', '.join(names) if names else ''}; CPU with {threads_per_process(1)} cores")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    try:
+        config = resolve(config_from_args(RunConfig, args))
+    except ConfigError as exc:
+        fail("bench run", str(exc))
+    strategy = get_strategy(config.strategy)
+    if strategy.launch is Launch.PER_DEVICE and not under_torchrun():
+        return launch_local(config.devices, argv, config.accelerator)
+    if under_torchrun() and config.accelerator == "cpu":
+        torch.set_num_threads(threads_per_process(int(_env("LOCAL_WORLD_SIZE", "1"))))
+    result = train(config)
+    if result.topology.rank != 0:
+        return 0
+    record = build_record(config, result, environment())
+    append_record(config.out, record)
+    print(summary_line(record) + f"  -> {config.out}")
+    return 0
+
+
+def summary_line(record: dict) -> str:
+    emulated = " (emulated)" if record["emulated"] else ""
+    return (
+        f"{record['strategy']} {record['model']}/{record['preset']} on {record['device_count']} "
+        f"{record['accelerator']} device(s){emulated}: "
+        f"{record['step_time_ms_median']:.1f} ms/step (IQR {record['step_time_ms_iqr']:.1f}), "
+        f"{record['samples_per_s']:.1f} samples/s, loss {record['loss_first']:.4f} -> {record['loss_last']:.4f}"
+    )
+
+
+def _env(name: str, default: str) -> str:
+    import os
+
+    return os.environ.get(name, default)

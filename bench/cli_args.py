@@ -1,0 +1,64 @@
+"""Command-line options made from a config dataclass: each field's docstring is its --help text."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+from typing import NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line gets one line (no usage block) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The string literal under each field of a dataclass (the torchtitan style of field docs)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = after.value.value
+    return docs
+
+
+_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float, "str | None": str}
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One ``--field-name`` option per dataclass field, typed and documented from the class."""
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        help_text = docs.get(f.name, "")
+        if f.type == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        shown = "" if default is None else f" (default: {default})"
+        parser.add_argument(flag, type=_TYPES[str(f.type)], default=default, help=help_text + shown)
+
+
+def config_from_args(cls: type, args: argparse.Namespace) -> object:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """The one-line error of every bad input: ``prog: error: message``, exit code 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)

@@ -1,0 +1,127 @@
+"""The run's configuration: one frozen dataclass, validated completely before any process starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import models
+from strategies import STRATEGIES, ConfigError, get_strategy
+
+ACCELERATORS = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that decides what a run computes and how it is measured."""
+
+    strategy: str = "single"
+    """Parallelism strategy (see `python -m bench list`)."""
+    model: str = "cnn"
+    """Model family (mlp, cnn, rnn) or your own package.module:function."""
+    preset: str = "small"
+    """Model size: tiny (tests), small (CPU), large (GPU)."""
+    norm: str = "batch"
+    """CNN normalisation: batch, or group (exact under batch splitting)."""
+    devices: int = 1
+    """Devices the run uses: GPUs, or emulated devices on the CPU."""
+    accelerator: str = "auto"
+    """cuda, cpu, or auto (cuda when present, else cpu)."""
+    batch_size: int | None = None
+    """Global batch per optimizer step (default: the preset's)."""
+    steps: int = 10
+    """Timed optimizer steps."""
+    warmup: int = 3
+    """Untimed optimizer steps before the timed ones."""
+    seed: int = 0
+    """Seed for the model's weights and the synthetic data."""
+    optimizer: str = "sgd"
+    """Optimizer: sgd (momentum 0.9) or adam."""
+    lr: float = 0.01
+    """Learning rate."""
+    out: str = "results/results.jsonl"
+    """JSON-lines file the run's record is appended to."""
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def gpus_available() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve(config: RunConfig) -> RunConfig:
+    """Validates ``config`` and fills in the defaults that depend on the machine or the model.
+
+    Raises ConfigError with one line naming the numbers or the valid choices. Nothing here
+    starts a process or writes a file, so a bad command line leaves no trace.
+    """
+    _check_choices(config)
+    _check_numbers(config)
+    gpus = gpus_available()
+    accelerator = config.accelerator
+    if accelerator == "auto":
+        accelerator = "cuda" if gpus else "cpu"
+    if accelerator == "cuda" and gpus == 0:
+        raise ConfigError("--accelerator cuda asked for, but torch sees no CUDA device on this machine")
+    batch_size = config.batch_size or _default_batch_size(config)
+    resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size)
+    if accelerator == "cuda" and resolved.devices > gpus:
+        raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
+    get_strategy(config.strategy).validate(resolved, gpus)
+    _check_writable(Path(config.out))
+    return resolved
+
+
+def _check_choices(config: RunConfig) -> None:
+    if config.strategy not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {config.strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if config.preset not in models.PRESETS:
+        raise ConfigError(f"unknown preset {config.preset!r}; choose from {', '.join(models.PRESETS)}")
+    if config.norm not in models.NORMS:
+        raise ConfigError(f"unknown norm {config.norm!r}; choose from {', '.join(models.NORMS)}")
+    if config.accelerator not in ACCELERATORS:
+        raise ConfigError(f"unknown accelerator {config.accelerator!r}; choose from {', '.join(ACCELERATORS)}")
+    if config.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {config.optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
+    try:
+        models.resolve_builder(config.model)
+    except models.ModelImportError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_numbers(config: RunConfig) -> None:
+    for name in ("devices", "steps", "batch_size"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if config.warmup < 0:
+        raise ConfigError(f"--warmup must be 0 or more, got {config.warmup}")
+    if not config.lr > 0:
+        raise ConfigError(f"--lr must be positive, got {config.lr}")
+
+
+def _default_batch_size(config: RunConfig) -> int:
+    # Built on the meta device: no memory, no arithmetic, and a user's model that fails to
+    # build fails here, before any process starts.
+    try:
+        with torch.device("meta"):
+            return models.build_model(config.model, config.preset, config.norm).default_batch_size
+    except models.ModelImportError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_writable(path: Path) -> None:
+    folder = path.parent
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {path}: cannot write in {existing}")
+    if path.exists() and (path.is_dir() or not os.access(path, os.W_OK)):
+        raise ConfigError(f"--out {path}: not a writable file")

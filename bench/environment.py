@@ -1,0 +1,61 @@
+"""The environment block of every record: enough to tell two machines' numbers apart."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git(*args: str) -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _nccl_version() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return ".".join(str(v) for v in torch.cuda.nccl.version())
+    except Exception:  # torch built without NCCL
+        return None
+
+
+def environment() -> dict[str, object]:
+    """Versions, devices and code revision of this machine, as recorded with every run."""
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain") if commit else None
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "nccl": _nccl_version(),
+        "gpu_names": gpus,
+        "gpu_count": len(gpus),
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "git_dirty": bool(status) if commit else None,
+    }

@@ -1,0 +1,51 @@
+"""Starting PER_DEVICE strategies: torchrun for one node, or nothing when the user already used it.
+
+``python -m bench run --strategy ddp --devices 4`` re-runs its own command line under
+
+    python -m torch.distributed.run --standalone --nproc-per-node 4 -m bench run ...
+
+and every worker process finds itself under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) and
+trains. A user who launches torchrun directly, on one node or many, reaches the same workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+log = logging.getLogger(__name__)
+
+
+def under_torchrun() -> bool:
+    """True in a worker process started by torchrun (or any launcher that sets its variables)."""
+    return all(v in os.environ for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def threads_per_process(processes: int) -> int:
+    """CPU threads for each of ``processes`` processes sharing this machine: cores // N, at least 1."""
+    return max(1, (os.cpu_count() or 1) // processes)
+
+
+def torchrun_command(nproc: int, bench_args: list[str]) -> list[str]:
+    """The standalone (single-node) torchrun command that re-runs ``bench_args`` on ``nproc`` workers.
+
+    ``--max-restarts 0``: a benchmark that silently restarts would time the restart.
+    """
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
+        "-m", "bench", *bench_args,
+    ]  # fmt: skip
+
+
+def launch_local(nproc: int, bench_args: list[str], accelerator: str) -> int:
+    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code."""
+    env = dict(os.environ)
+    if accelerator == "cpu":
+        # torchrun would set OMP_NUM_THREADS=1; N emulated devices share the cores instead.
+        env["OMP_NUM_THREADS"] = str(threads_per_process(nproc))
+    command = torchrun_command(nproc, bench_args)
+    log.info("launching: %s", " ".join(command))
+    return subprocess.run(command, env=env, check=False).returncode

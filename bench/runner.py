@@ -1,0 +1,123 @@
+"""One measured run: build, place, warm up, time K steps, gather every rank's figures, record."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+import models
+from bench.config import RunConfig
+from bench.devices import peak_memory, reset_peak_memory, synchronize
+from models.data import RandomDataset, global_batches
+from models.flops import train_flops_per_sample
+from strategies import Launch, Strategy, Topology, get_strategy
+from strategies.base import devices_for
+from strategies.distributed import gather_objects, torchrun_topology
+
+log = logging.getLogger(__name__)
+
+# Distinct global batches in the synthetic dataset: enough for the loss to move from step to
+# step, few enough to stay in memory at every preset.
+DATASET_BATCHES = 4
+
+
+@dataclass
+class RankStats:
+    """What one process measured; the reporting rank combines every rank's."""
+
+    rank: int
+    step_times_s: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)
+    peak_mem_bytes: list[int] = field(default_factory=list)
+    peak_mem_source: str = ""
+    threads: int = 0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The combined figures of a finished run, as the reporting rank sees them."""
+
+    topology: Topology
+    ranks: list[RankStats]
+    flops_per_sample: int | None
+    strategy_fields: dict[str, object]
+
+
+def topology_for(strategy: Strategy, config: RunConfig) -> Topology:
+    """Where this process sits: from torchrun's variables for PER_DEVICE strategies, else local."""
+    if strategy.launch is Launch.PER_DEVICE:
+        return torchrun_topology(config.accelerator)
+    emulated = config.accelerator == "cpu" and config.devices > 1
+    return Topology(devices=devices_for(config.accelerator, config.devices), emulated=emulated)
+
+
+def make_optimizer(config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=config.lr)
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
+
+
+def train(config: RunConfig) -> RunResult:
+    """Runs ``config`` (already resolved) on this process and returns every rank's figures."""
+    strategy = get_strategy(config.strategy)
+    topo = topology_for(strategy, config)
+    if topo.devices[0].type == "cuda":
+        # fp32 means fp32: the MFU peak for fp32 assumes no TF32 tensor-core maths.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    strategy.setup(topo)
+    try:
+        # Same seed, same initial weights on every rank and in every strategy: the basis of
+        # the equivalence checks.
+        torch.manual_seed(config.seed)
+        spec = models.build_model(config.model, config.preset, config.norm)
+        flops = train_flops_per_sample(spec) if topo.rank == 0 else None
+        model = strategy.prepare(spec, topo)
+        optimizer = make_optimizer(config, model)
+        dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
+        stats = _timed_steps(strategy, config, topo, model, optimizer, spec.loss_fn, dataset)
+        ranks = gather_objects(stats)
+        return RunResult(topo, sorted(ranks, key=lambda s: s.rank), flops, strategy.record_fields())
+    finally:
+        strategy.teardown()
+
+
+def _timed_steps(strategy, config, topo, model, optimizer, loss_fn, dataset) -> RankStats:  # noqa: ANN001
+    stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
+    reset_peak_memory(topo.devices)
+    batches = global_batches(dataset, config.batch_size, config.warmup + config.steps)
+    for step, (inputs, targets) in enumerate(batches):
+        # Moving this process's shard to its devices stays outside the clock: the suite times
+        # the strategies, not the input pipeline.
+        inputs, targets = strategy.shard_batch(inputs, targets, topo)
+        synchronize(topo.devices)
+        start = time.perf_counter()
+        loss = strategy.train_step(model, inputs, targets, loss_fn, optimizer)
+        synchronize(topo.devices)
+        elapsed = time.perf_counter() - start
+        stats.losses.append(None if loss is None else float(loss))
+        if step >= config.warmup:
+            stats.step_times_s.append(elapsed)
+        if topo.rank == 0:
+            log.debug("step %d: %.1f ms", step, elapsed * 1e3)
+    stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(topo.devices)
+    return stats
+
+
+def step_times_ms(ranks: list[RankStats]) -> list[float]:
+    """Per-step time of the whole run: the slowest rank's, since every rank waits for it."""
+    return [max(times) * 1e3 for times in zip(*(r.step_times_s for r in ranks), strict=True)]
+
+
+def global_losses(ranks: list[RankStats]) -> list[float]:
+    """Per-step global-batch loss: the mean over the ranks that computed one.
+
+    Every such rank holds an equal share of the global batch (data-parallel shards, or a
+    pipeline's last stage per replica), so their mean is the loss of the whole batch.
+    """
+    per_step = zip(*(r.losses for r in ranks), strict=True)
+    return [statistics.fmean(v for v in step if v is not None) for step in per_step]

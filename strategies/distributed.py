@@ -1,0 +1,62 @@
+"""The raw torch.distributed calls, kept in one place so strategy files read as the algorithm."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from strategies.base import Topology
+
+
+def torchrun_topology(accelerator: str) -> Topology:
+    """This process's place in a torchrun launch, read from the variables torchrun sets."""
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if accelerator == "cuda":
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    return Topology(
+        devices=(device,),
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        emulated=accelerator == "cpu",
+    )
+
+
+def init_process_group(topo: Topology, timeout_s: float) -> None:
+    """nccl on CUDA, gloo on the CPU, with an explicit timeout so that a dead peer ends the run.
+
+    On CUDA the device is set first: NCCL binds each rank's communicator to the current device,
+    and two ranks left on cuda:0 fail with "Duplicate GPU detected".
+    """
+    device = topo.devices[0]
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    dist.init_process_group(
+        backend=backend,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def gather_objects(obj: object) -> list[object]:
+    """Every rank's ``obj`` on every rank (just ``[obj]`` outside a process group)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
