@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import torch
@@ -12,6 +13,7 @@ import models
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, gpus_available, resolve
 from bench.environment import environment
+from bench.fidelity import single_vs_plain_loop
 from bench.launch import launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record
@@ -28,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="train one configuration, time it, append its record")
     add_config_arguments(run, RunConfig)
     commands.add_parser("list", help="strategies, models, presets and the devices found")
+    fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
+    add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out"))
+    fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
     return parser
 
 
@@ -39,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_list()
     if args.command == "run":
         return cmd_run(args, argv)
+    if args.command == "fidelity":
+        return cmd_fidelity(args)
     raise AssertionError(args.command)
 
 
@@ -50,7 +57,9 @@ def cmd_list() -> int:
     print(f"presets:    {', '.join(models.PRESETS)}")
     gpus = gpus_available()
     names = [torch.cuda.get_device_name(i) for i in range(gpus)]
-    print(f"devices:    {gpus} GPU(s){': ' + ', '.join(names) if names else ''}; CPU with {threads_per_process(1)} cores")
+    print(
+        f"devices:    {gpus} GPU(s){': ' + ', '.join(names) if names else ''}; CPU with {threads_per_process(1)} cores"
+    )
     return 0
 
 
@@ -63,13 +72,27 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if strategy.launch is Launch.PER_DEVICE and not under_torchrun():
         return launch_local(config.devices, argv, config.accelerator)
     if under_torchrun() and config.accelerator == "cpu":
-        torch.set_num_threads(threads_per_process(int(_env("LOCAL_WORLD_SIZE", "1"))))
+        torch.set_num_threads(threads_per_process(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     result = train(config)
     if result.topology.rank != 0:
         return 0
     record = build_record(config, result, environment())
     append_record(config.out, record)
     print(summary_line(record) + f"  -> {config.out}")
+    return 0
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    try:
+        config = resolve(config_from_args(RunConfig, args))
+        if args.rounds < 1:
+            raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
+    except ConfigError as exc:
+        fail("bench fidelity", str(exc))
+    comparison = single_vs_plain_loop(config, args.rounds)
+    print(f"{config.model}/{config.preset}, batch {config.batch_size}, {config.accelerator}, "
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.steps} steps")  # fmt: skip
+    print(comparison.line())
     return 0
 
 
@@ -81,9 +104,3 @@ def summary_line(record: dict) -> str:
         f"{record['step_time_ms_median']:.1f} ms/step (IQR {record['step_time_ms_iqr']:.1f}), "
         f"{record['samples_per_s']:.1f} samples/s, loss {record['loss_first']:.4f} -> {record['loss_last']:.4f}"
     )
-
-
-def _env(name: str, default: str) -> str:
-    import os
-
-    return os.environ.get(name, default)

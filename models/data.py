@@ -29,9 +29,7 @@ class RandomDataset(Dataset):
         return self.inputs[index], self.targets[index]
 
 
-def global_batches(
-    dataset: RandomDataset, batch_size: int, steps: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def global_batches(dataset: RandomDataset, batch_size: int, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yields ``steps`` consecutive global batches, wrapping around the dataset.
 
     Slicing the stored tensors instead of going through a DataLoader keeps the input

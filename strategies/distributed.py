@@ -16,10 +16,7 @@ def torchrun_topology(accelerator: str) -> Topology:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    if accelerator == "cuda":
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+    device = torch.device("cuda", local_rank) if accelerator == "cuda" else torch.device("cpu")
     return Topology(
         devices=(device,),
         rank=rank,

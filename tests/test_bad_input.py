@@ -1,0 +1,78 @@
+"""Every bad command line: one line naming the numbers or the choices, exit 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from tests.conftest import run_bench
+
+
+def run_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The CLI's exit code and stderr. Bad input is caught before any process starts, so running
+    ``main`` in this process shows exactly what a user sees, without paying for a fresh interpreter."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    return exit_info.value.code, capsys.readouterr().err
+
+
+BAD_RUNS = [
+    (["--strategy", "magic"], "unknown strategy 'magic'; choose from single"),
+    (["--model", "transformer"], "unknown model 'transformer'; choose from mlp, cnn, rnn"),
+    (["--preset", "huge"], "unknown preset 'huge'; choose from tiny, small, large"),
+    (["--norm", "layer"], "unknown norm 'layer'; choose from batch, group"),
+    (["--optimizer", "lamb"], "unknown optimizer 'lamb'; choose from sgd, adam"),
+    (["--accelerator", "tpu"], "unknown accelerator 'tpu'; choose from auto, cpu, cuda"),
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--batch-size", "-4"], "--batch-size must be at least 1, got -4"),
+    (["--steps", "0"], "--steps must be at least 1, got 0"),
+    (["--devices", "-1"], "--devices must be at least 1, got -1"),
+    (["--warmup", "-2"], "--warmup must be 0 or more, got -2"),
+    (["--lr", "0"], "--lr must be positive, got 0.0"),
+    (["--devices", "2"], "strategy 'single' runs on exactly 1 device, got --devices 2"),
+    (["--accelerator", "cuda"], "--accelerator cuda asked for, but torch sees no CUDA device"),
+    (["--model", "no_such_pkg.mod:build"], "cannot import 'no_such_pkg.mod'"),
+    (["--model", "json:no_such_function"], "module 'json' has no function 'no_such_function'"),
+    (["--steps", "three"], "argument --steps: invalid int value: 'three'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_RUNS, ids=[" ".join(a) for a, _ in BAD_RUNS])
+def test_bad_run_input_is_one_clear_line(
+    args: list[str], message: str, results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results.write_text('{"kept": true}\n')
+    code, err = run_in_process(capsys, "run", "--preset", "tiny", "--out", str(results), *args)
+    assert code == 2
+    assert err.count("\n") == 1, err
+    assert message in err
+    assert results.read_text() == '{"kept": true}\n'  # nothing appended or overwritten
+
+
+def test_a_bad_command_line_in_a_real_process_exits_2_without_traceback(results: Path) -> None:
+    proc = run_bench("run", "--strategy", "magic", "--out", str(results), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == "bench run: error: unknown strategy 'magic'; choose from single\n"
+    assert not results.exists()
+
+
+def test_more_gpus_than_the_machine_has(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # On a machine without GPUs, ask for CUDA explicitly; with GPUs, ask for one more than exist.
+    import torch
+
+    gpus = torch.cuda.device_count()
+    args = ["--accelerator", "cuda", "--devices", str(gpus + 1)]
+    code, err = run_in_process(capsys, "run", "--preset", "tiny", "--out", str(results), *args)
+    assert code == 2 and err.count("\n") == 1
+    assert "CUDA" in err or f"has {gpus} GPU(s)" in err
+    assert not results.exists()
+
+
+def test_unwritable_output_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    code, err = run_in_process(capsys, "run", "--preset", "tiny", "--out", str(blocker / "results.jsonl"))
+    assert code == 2 and err.count("\n") == 1
+    assert f"cannot write in {blocker}" in err

@@ -1,0 +1,75 @@
+"""One measured run, end to end: the CLI in a subprocess, the record's schema, determinism."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.config import RunConfig, resolve
+from bench.records import RECORD_VERSION, read_records
+from bench.runner import global_losses, train
+from tests.conftest import run_bench
+
+RECORD_FIELDS = {
+    "record_version", "status", "timestamp", "strategy", "model", "preset", "accelerator", "device_count",
+    "processes", "emulated", "oversubscribed", "threads_per_process", "global_batch_size", "config",
+    "step_times_ms", "step_time_ms_median", "step_time_ms_iqr", "samples_per_s", "samples_per_s_per_device",
+    "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
+    "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env",
+}  # fmt: skip
+ENV_FIELDS = {
+    "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",
+    "hostname", "python", "git_commit", "git_dirty",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn"])
+def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
+    proc = run_bench("run", "--model", model, "--preset", "tiny", "--steps", "3", "--warmup", "1",
+                     "--out", str(results))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"single {model}/tiny on 1 cpu device(s)" in proc.stdout
+    records, bad = read_records(results)
+    assert bad == [] and len(records) == 1
+    record = records[0]
+    assert set(record) == RECORD_FIELDS
+    assert set(record["env"]) == ENV_FIELDS
+    assert record["record_version"] == RECORD_VERSION and record["status"] == "ok"
+    assert len(record["step_times_ms"]) == 3 and len(record["losses"]) == 4  # warm-up loss kept, not timed
+    assert min(record["step_times_ms"]) <= record["step_time_ms_median"] <= max(record["step_times_ms"])
+    expected_rate = record["global_batch_size"] / (record["step_time_ms_median"] / 1e3)
+    assert math.isclose(record["samples_per_s"], expected_rate)
+    assert record["loss_first"] == record["losses"][0] and record["loss_last"] == record["losses"][-1]
+    assert record["peak_mem_source"] == "process_peak_rss" and record["peak_mem_bytes"][0] > 10 * 2**20
+    assert record["flops_per_sample"] > 0
+    assert record["achieved_flops_per_s"] == pytest.approx(record["flops_per_sample"] * record["samples_per_s"])
+    assert record["mfu"] is None  # no known peak for a CPU
+    assert record["emulated"] is False and record["device_count"] == 1
+    assert record["config"]["batch_size"] == 8 and record["config"]["accelerator"] == "cpu"
+
+
+def test_same_seed_gives_bit_identical_losses_and_another_seed_does_not(tmp_path: Path) -> None:
+    def losses(seed: int) -> list[float]:
+        config = resolve(RunConfig(model="cnn", preset="tiny", steps=3, warmup=0, seed=seed,
+                                   out=str(tmp_path / "r.jsonl")))  # fmt: skip
+        return global_losses(train(config).ranks)
+
+    first, again = losses(0), losses(0)
+    assert first == again  # bit-identical, not merely close
+    assert losses(1) != first
+
+
+def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
+    config = resolve(RunConfig(model="cnn", preset="tiny", steps=8, warmup=0, lr=0.05,
+                               out=str(tmp_path / "r.jsonl")))  # fmt: skip
+    losses = global_losses(train(config).ranks)
+    assert losses[-1] < losses[0]
+
+
+def test_list_names_strategies_models_presets_and_devices() -> None:
+    proc = run_bench("list")
+    assert proc.returncode == 0
+    for word in ("single", "mlp", "cnn", "rnn", "tiny", "small", "large", "GPU(s)", "cores"):
+        assert word in proc.stdout
