@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         config = resolve(config_from_args(RunConfig, args))
     except ConfigError as exc:
         fail("bench run", str(exc))
-    strategy = get_strategy(config.strategy)
+    strategy = get_strategy(config)
     if strategy.launch is Launch.PER_DEVICE and not under_torchrun():
         return launch_local(config.devices, argv, config.accelerator)
     if under_torchrun() and config.accelerator == "cpu":

@@ -46,6 +46,30 @@ class RunConfig:
     """Learning rate."""
     out: str = "results/results.jsonl"
     """JSON-lines file the run's record is appended to."""
+    timeout_s: float = 300.0
+    """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
+
+    # Splitting the model (mp, pp, hybrid).
+    balance: str = "even"
+    """Blocks per stage, e.g. 3,2,2; or even, params (by parameter count), time (by profiled time)."""
+    microbatches: int = 1
+    """Micro-batches per global batch (mp, pp, hybrid)."""
+    schedule: str = "gpipe"
+    """Pipeline schedule (pp, hybrid); `python -m bench list` shows those this torch offers."""
+    stages_per_rank: int = 1
+    """Pipeline stages per rank, for interleaved schedules (v)."""
+
+    # DistributedDataParallel knobs (ddp, hybrid).
+    bucket_cap_mb: float = 25.0
+    """DDP gradient bucket size in MiB."""
+    gradient_as_bucket_view: bool = False
+    """DDP: gradients as views into the communication buckets (saves a copy)."""
+    static_graph: bool = False
+    """DDP: the graph is the same every step (enables more overlap)."""
+    find_unused_parameters: bool = False
+    """DDP: look for parameters that got no gradient (slower; needed by some models)."""
+    sync_batchnorm: bool = False
+    """Convert BatchNorm to SyncBatchNorm (ddp): batch statistics over the global batch."""
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -73,7 +97,7 @@ def resolve(config: RunConfig) -> RunConfig:
     resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size)
     if accelerator == "cuda" and resolved.devices > gpus:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
-    get_strategy(config.strategy).validate(resolved, gpus)
+    get_strategy(resolved).validate(gpus)
     _check_writable(Path(config.out))
     return resolved
 
@@ -96,14 +120,16 @@ def _check_choices(config: RunConfig) -> None:
 
 
 def _check_numbers(config: RunConfig) -> None:
-    for name in ("devices", "steps", "batch_size"):
+    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if config.warmup < 0:
         raise ConfigError(f"--warmup must be 0 or more, got {config.warmup}")
-    if not config.lr > 0:
-        raise ConfigError(f"--lr must be positive, got {config.lr}")
+    for name in ("lr", "timeout_s", "bucket_cap_mb"):
+        value = getattr(config, name)
+        if not value > 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
 def _default_batch_size(config: RunConfig) -> int:

@@ -35,6 +35,8 @@ class RankStats:
     peak_mem_bytes: list[int] = field(default_factory=list)
     peak_mem_source: str = ""
     threads: int = 0
+    strategy_fields: dict[str, object] = field(default_factory=dict)
+    """What this rank's strategy measured beyond step times (``Strategy.rank_fields``)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class RunResult:
     ranks: list[RankStats]
     flops_per_sample: int | None
     strategy_fields: dict[str, object]
+    model_state: dict[str, torch.Tensor] | None = None
+    """This process's part of the trained model, strategy-free and on the CPU (when asked for)."""
 
 
 def topology_for(strategy: Strategy, config: RunConfig) -> Topology:
@@ -61,9 +65,12 @@ def make_optimizer(config: RunConfig, model: torch.nn.Module) -> torch.optim.Opt
     return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
 
 
-def train(config: RunConfig) -> RunResult:
-    """Runs ``config`` (already resolved) on this process and returns every rank's figures."""
-    strategy = get_strategy(config.strategy)
+def train(config: RunConfig, capture_state: bool = False) -> RunResult:
+    """Runs ``config`` (already resolved) on this process and returns every rank's figures.
+
+    With ``capture_state`` the result also holds this process's trained parameters, as the
+    equivalence checks compare them with the single-device reference's."""
+    strategy = get_strategy(config)
     topo = topology_for(strategy, config)
     if topo.devices[0].type == "cuda":
         # fp32 means fp32: the MFU peak for fp32 assumes no TF32 tensor-core maths.
@@ -80,8 +87,12 @@ def train(config: RunConfig) -> RunResult:
         optimizer = make_optimizer(config, model)
         dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
         stats = _timed_steps(strategy, config, topo, model, optimizer, spec.loss_fn, dataset)
-        ranks = gather_objects(stats)
-        return RunResult(topo, sorted(ranks, key=lambda s: s.rank), flops, strategy.record_fields())
+        stats.strategy_fields = strategy.rank_fields()
+        ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
+        state = None
+        if capture_state:
+            state = {k: v.detach().to("cpu", copy=True) for k, v in strategy.model_state(model).items()}
+        return RunResult(topo, ranks, flops, strategy.record_fields([r.strategy_fields for r in ranks]), state)
     finally:
         strategy.teardown()
 

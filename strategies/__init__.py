@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from strategies.base import ConfigError, Launch, Strategy, Topology
 from strategies.single import SingleDevice
+
+if TYPE_CHECKING:
+    from bench.config import RunConfig
 
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (SingleDevice,)}
 
 
-def get_strategy(name: str) -> Strategy:
-    """A fresh strategy object by name; an unknown name lists the valid ones."""
+def get_strategy(config: RunConfig) -> Strategy:
+    """The strategy ``config.strategy`` set up for ``config``; an unknown name lists the valid ones."""
     try:
-        return STRATEGIES[name]()
+        cls = STRATEGIES[config.strategy]
     except KeyError:
-        raise ConfigError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
+        raise ConfigError(f"unknown strategy {config.strategy!r}; choose from {', '.join(STRATEGIES)}") from None
+    return cls(config)
 
 
 __all__ = ["STRATEGIES", "ConfigError", "Launch", "Strategy", "Topology", "get_strategy"]

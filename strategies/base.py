@@ -78,13 +78,17 @@ class Strategy(ABC):
     description: str = ""
     """One line for ``python -m bench list``."""
 
-    def validate(self, config: RunConfig, gpus_available: int) -> None:
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        """The resolved run configuration (defaults filled in, already validated by bench.config)."""
+
+    def validate(self, gpus_available: int) -> None:
         """Raises ConfigError for a configuration this strategy cannot run. Called before any
         process starts, so every check that needs only numbers belongs here.
 
         The default admits one device, the shape of the baseline."""
-        if config.devices != 1:
-            raise ConfigError(f"strategy {self.name!r} runs on exactly 1 device, got --devices {config.devices}")
+        if self.config.devices != 1:
+            raise ConfigError(f"strategy {self.name!r} runs on exactly 1 device, got --devices {self.config.devices}")
 
     def setup(self, topo: Topology) -> None:  # noqa: B027
         """Creates process groups and other per-run state. Default: nothing to set up."""
@@ -124,9 +128,15 @@ class Strategy(ABC):
         keyed like ``ModelSpec.blocks.state_dict()``."""
         return model.state_dict()
 
-    def record_fields(self) -> dict[str, object]:
-        """Strategy-specific figures and knobs added to the run's record."""
+    def rank_fields(self) -> dict[str, object]:
+        """What this process measured beyond step times (a stage's busy time, say). Every rank's
+        dict reaches ``record_fields`` on the reporting rank. Must be picklable."""
         return {}
+
+    def record_fields(self, per_rank: list[dict[str, object]]) -> dict[str, object]:
+        """Strategy-specific knobs and figures for the record's ``strategy_fields``, from every
+        rank's ``rank_fields`` (in rank order). Default: rank 0's."""
+        return dict(per_rank[0]) if per_rank else {}
 
 
 def devices_for(accelerator: str, count: int, first: int = 0) -> tuple[torch.device, ...]:

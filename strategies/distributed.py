@@ -26,12 +26,18 @@ def torchrun_topology(accelerator: str) -> Topology:
     )
 
 
+RENDEZVOUS_FILE_VARIABLE = "BENCH_RENDEZVOUS_FILE"
+"""Names a file for a file:// rendezvous (tests, shared file systems); unset means torchrun's env://."""
+
+
 def init_process_group(topo: Topology, timeout_s: float) -> None:
     """nccl on CUDA, gloo on the CPU, with an explicit timeout so that a dead peer ends the run.
 
     On CUDA the device is set first: NCCL binds each rank's communicator to the current device,
     and two ranks left on cuda:0 fail with "Duplicate GPU detected".
     """
+    rendezvous_file = os.environ.get(RENDEZVOUS_FILE_VARIABLE)
+    init_method = f"file://{rendezvous_file}" if rendezvous_file else "env://"
     device = topo.devices[0]
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -40,6 +46,9 @@ def init_process_group(topo: Topology, timeout_s: float) -> None:
         backend = "gloo"
     dist.init_process_group(
         backend=backend,
+        init_method=init_method,
+        rank=topo.rank,
+        world_size=topo.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
         device_id=device if device.type == "cuda" else None,
     )
