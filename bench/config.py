@@ -10,10 +10,12 @@ from pathlib import Path
 import torch
 
 import models
-from strategies import STRATEGIES, ConfigError, get_strategy
+from strategies import STRATEGIES, ConfigError, Launch, get_strategy
+from strategies.distributed import check_per_device_launch
 
 ACCELERATORS = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
+SCALINGS = ("weak", "strong")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class RunConfig:
     """JSON-lines file the run's record is appended to."""
     timeout_s: float = 300.0
     """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
+    scaling: str | None = None
+    """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
 
     # Splitting the model (mp, pp, hybrid).
     balance: str = "even"
@@ -95,9 +99,13 @@ def resolve(config: RunConfig) -> RunConfig:
         raise ConfigError("--accelerator cuda asked for, but torch sees no CUDA device on this machine")
     batch_size = config.batch_size or _default_batch_size(config)
     resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size)
-    if accelerator == "cuda" and resolved.devices > gpus:
+    strategy = get_strategy(resolved)
+    if strategy.launch is Launch.PER_DEVICE:
+        # Counted per node: under a many-node torchrun, --devices is the world, not this machine.
+        check_per_device_launch(resolved.devices, accelerator, gpus)
+    elif accelerator == "cuda" and resolved.devices > gpus:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
-    get_strategy(resolved).validate(gpus)
+    strategy.validate(gpus)
     _check_writable(Path(config.out))
     return resolved
 
@@ -111,6 +119,8 @@ def _check_choices(config: RunConfig) -> None:
         raise ConfigError(f"unknown norm {config.norm!r}; choose from {', '.join(models.NORMS)}")
     if config.accelerator not in ACCELERATORS:
         raise ConfigError(f"unknown accelerator {config.accelerator!r}; choose from {', '.join(ACCELERATORS)}")
+    if config.scaling not in (None, *SCALINGS):
+        raise ConfigError(f"unknown scaling {config.scaling!r}; choose from {', '.join(SCALINGS)}")
     if config.optimizer not in OPTIMIZERS:
         raise ConfigError(f"unknown optimizer {config.optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -39,6 +40,17 @@ def _nccl_version() -> str | None:
         return None
 
 
+def _gpu_topology() -> str | None:
+    """``nvidia-smi topo -m``: which GPU pairs talk over NVLink, PCIe switches or the CPU."""
+    if not torch.cuda.is_available() or shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def environment() -> dict[str, object]:
     """Versions, devices and code revision of this machine, as recorded with every run."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -58,4 +70,5 @@ def environment() -> dict[str, object]:
         "python": platform.python_version(),
         "git_commit": commit,
         "git_dirty": bool(status) if commit else None,
+        "topology": _gpu_topology(),
     }

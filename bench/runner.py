@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,6 @@ from bench.devices import peak_memory, reset_peak_memory, synchronize
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, get_strategy
-from strategies.base import devices_for
 from strategies.distributed import gather_objects, torchrun_topology
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,7 @@ def topology_for(strategy: Strategy, config: RunConfig) -> Topology:
     """Where this process sits: from torchrun's variables for PER_DEVICE strategies, else local."""
     if strategy.launch is Launch.PER_DEVICE:
         return torchrun_topology(config.accelerator)
-    emulated = config.accelerator == "cpu" and config.devices > 1
-    return Topology(devices=devices_for(config.accelerator, config.devices), emulated=emulated)
+    return strategy.local_topology()
 
 
 def make_optimizer(config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -101,7 +100,10 @@ def _timed_steps(strategy, config, topo, model, optimizer, loss_fn, dataset) -> 
     stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
     reset_peak_memory(topo.devices)
     batches = global_batches(dataset, config.batch_size, config.warmup + config.steps)
+    fault = _fault_for(topo.rank)
     for step, (inputs, targets) in enumerate(batches):
+        if fault is not None and fault[0] == step:
+            _fail(topo.rank, step, fault[1])
         # Moving this process's shard to its devices stays outside the clock: the suite times
         # the strategies, not the input pipeline.
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
@@ -117,6 +119,25 @@ def _timed_steps(strategy, config, topo, model, optimizer, loss_fn, dataset) -> 
             log.debug("step %d: %.1f ms", step, elapsed * 1e3)
     stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(topo.devices)
     return stats
+
+
+FAULT_VARIABLE = "BENCH_FAULT"
+"""``rank:step:raise`` or ``rank:step:exit``: that rank fails at that step (tests of crash handling)."""
+
+
+def _fault_for(rank: int) -> tuple[int, str] | None:
+    """The step and action at which this rank must fail, read once before the clock starts."""
+    spec = os.environ.get(FAULT_VARIABLE)
+    if not spec:
+        return None
+    fault_rank, step, action = spec.split(":")
+    return (int(step), action) if int(fault_rank) == rank else None
+
+
+def _fail(rank: int, step: int, action: str) -> None:
+    if action == "exit":  # a hard crash: no exception, no clean-up, as when a process is killed
+        os._exit(17)
+    raise RuntimeError(f"{FAULT_VARIABLE}: rank {rank} fails at step {step} as asked")
 
 
 def step_times_ms(ranks: list[RankStats]) -> list[float]:

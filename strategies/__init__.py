@@ -5,12 +5,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from strategies.base import ConfigError, Launch, Strategy, Topology
+from strategies.data_parallel import DataParallelStrategy
+from strategies.ddp import DistributedDataParallelStrategy
+from strategies.model_parallel import ModelParallelStrategy
+from strategies.pipeline import PipelineStrategy
 from strategies.single import SingleDevice
 
 if TYPE_CHECKING:
     from bench.config import RunConfig
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (SingleDevice,)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (
+        SingleDevice,
+        DataParallelStrategy,
+        DistributedDataParallelStrategy,
+        ModelParallelStrategy,
+        PipelineStrategy,
+    )
+}
 
 
 def get_strategy(config: RunConfig) -> Strategy:

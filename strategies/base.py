@@ -77,6 +77,14 @@ class Strategy(ABC):
     """IN_PROCESS strategies run inside the ``bench`` process; PER_DEVICE ones under torchrun."""
     description: str = ""
     """One line for ``python -m bench list``."""
+    sweep_options: tuple[str, ...] = ()
+    """RunConfig fields this strategy reads that a sweep may vary (``microbatches``, ``schedule``)."""
+    min_devices: int = 1
+    """The fewest devices that make the strategy what it is (a pipeline has 2 stages); sweeps plan no fewer."""
+    max_devices: int | None = None
+    """The most devices the strategy can use (1 for ``single``); sweeps plan no larger point."""
+    needs_gpus: bool = False
+    """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -95,6 +103,14 @@ class Strategy(ABC):
 
     def teardown(self) -> None:  # noqa: B027
         """Releases what ``setup`` created; called even when a step raised."""
+
+    def local_topology(self) -> Topology:
+        """The topology of an IN_PROCESS run: this process drives ``config.devices`` devices.
+
+        A strategy that cannot use the devices asked for (nn.DataParallel on a CPU) overrides
+        this, so that the record counts the devices that really worked."""
+        emulated = self.config.accelerator == "cpu" and self.config.devices > 1
+        return Topology(devices=devices_for(self.config.accelerator, self.config.devices), emulated=emulated)
 
     @abstractmethod
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:

@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from strategies.base import Topology
+from strategies.base import ConfigError, Topology
 
 
 def torchrun_topology(accelerator: str) -> Topology:
@@ -57,6 +57,36 @@ def init_process_group(topo: Topology, timeout_s: float) -> None:
 def destroy_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def is_initialized() -> bool:
+    """True once this process belongs to a default process group."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def backend() -> str | None:
+    """The default group's backend (``nccl``, ``gloo``), or None outside a process group."""
+    return str(dist.get_backend()) if is_initialized() else None
+
+
+def check_per_device_launch(devices: int, accelerator: str, gpus: int) -> None:
+    """Raises ConfigError before any process group forms when a one-process-per-device launch
+    cannot work: ``--devices`` that disagrees with torchrun's world size, or more processes on
+    this node than GPUs (which NCCL would report only later, as "Duplicate GPU detected")."""
+    here = devices
+    if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        world = int(os.environ["WORLD_SIZE"])
+        if devices != world:
+            raise ConfigError(
+                f"--devices {devices} does not match torchrun's world size {world} "
+                f"(--nnodes x --nproc-per-node); pass --devices {world}"
+            )
+        here = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if accelerator == "cuda" and here > gpus:
+        raise ConfigError(
+            f"{here} processes on this node, one per GPU, but this machine has {gpus} GPU(s); "
+            f"use at most {gpus} per node"
+        )
 
 
 def gather_objects(obj: object) -> list[object]:

@@ -75,3 +75,26 @@ def balance_by_cost(costs: Sequence[float], stages: int) -> list[int]:
 def parameter_counts(blocks: nn.Sequential) -> list[int]:
     """Parameters per block: the cost model for ``--balance params``."""
     return [sum(p.numel() for p in block.parameters()) for block in blocks]
+
+
+BALANCE_MODES = ("even", "params", "time")
+"""--balance by name: equal block counts, parameter counts, or profiled time per block."""
+
+
+def explicit_balance(text: str, num_blocks: int, stages: int) -> list[int] | None:
+    """``--balance 3,2,2`` checked against the model and the stage count; None for a named mode.
+
+    Raises ValueError, naming the numbers, for a list of the wrong length or sum, or for more
+    stages than blocks whatever the mode."""
+    if stages > num_blocks:
+        raise ValueError(f"cannot split {num_blocks} blocks into {stages} stages")
+    if text in BALANCE_MODES:
+        return None
+    try:
+        balance = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--balance {text!r} is neither {', '.join(BALANCE_MODES)} nor a list like 3,2,2") from None
+    if len(balance) != stages:
+        raise ValueError(f"balance {balance} has {len(balance)} stages, but the run has {stages}")
+    check_balance(balance, num_blocks)
+    return balance

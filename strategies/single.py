@@ -14,6 +14,7 @@ class SingleDevice(Strategy):
     name = "single"
     launch = Launch.IN_PROCESS
     description = "whole model on one device (the reference)"
+    max_devices = 1
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         return spec.blocks.to(topo.devices[0])

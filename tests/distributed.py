@@ -50,3 +50,38 @@ def merged_state(results: list) -> dict[str, torch.Tensor]:
     for result in results:
         state.update(result.model_state)
     return state
+
+
+def _sequence_main(rank: int, world_size: int, configs: list[RunConfig], folder: str) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
+    )
+    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
+    torch.set_num_threads(1)
+    from bench.runner import train
+    from strategies.base import Topology
+    from strategies.distributed import destroy_process_group, init_process_group
+
+    # One group for every config: a strategy that finds a group formed keeps it (as under the
+    # fidelity benchmark), so N configs cost one spawn instead of N.
+    init_process_group(Topology(devices=(torch.device("cpu"),), rank=rank, world_size=world_size), timeout_s=120)
+    try:
+        results = [train(config, capture_state=True) for config in configs]
+    finally:
+        destroy_process_group()
+    torch.save(results, os.path.join(folder, f"rank{rank}.pt"))
+
+
+def run_ranks_sequence(configs: list[RunConfig], world_size: int, folder: Path, timeout_s: float = 240) -> list[list]:
+    """Like ``run_ranks`` for several configs in one process group: ``[config][rank]`` RunResults."""
+    context = mp.start_processes(
+        _sequence_main, args=(world_size, configs, str(folder)), nprocs=world_size, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + timeout_s
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            raise TimeoutError(f"{world_size} ranks did not finish within {timeout_s:.0f} s")
+    per_rank = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    return [list(results) for results in zip(*per_rank, strict=True)]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from strategies import STRATEGIES
 from tests.conftest import run_bench
 
 
@@ -19,7 +20,7 @@ def run_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int,
 
 
 BAD_RUNS = [
-    (["--strategy", "magic"], "unknown strategy 'magic'; choose from single"),
+    (["--strategy", "magic"], f"unknown strategy 'magic'; choose from {', '.join(STRATEGIES)}"),
     (["--model", "transformer"], "unknown model 'transformer'; choose from mlp, cnn, rnn"),
     (["--preset", "huge"], "unknown preset 'huge'; choose from tiny, small, large"),
     (["--norm", "layer"], "unknown norm 'layer'; choose from batch, group"),
@@ -54,7 +55,7 @@ def test_bad_run_input_is_one_clear_line(
 def test_a_bad_command_line_in_a_real_process_exits_2_without_traceback(results: Path) -> None:
     proc = run_bench("run", "--strategy", "magic", "--out", str(results), timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr == "bench run: error: unknown strategy 'magic'; choose from single\n"
+    assert proc.stderr == f"bench run: error: unknown strategy 'magic'; choose from {', '.join(STRATEGIES)}\n"
     assert not results.exists()
 
 

@@ -21,7 +21,7 @@ RECORD_FIELDS = {
 }  # fmt: skip
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",
-    "hostname", "python", "git_commit", "git_dirty",
+    "hostname", "python", "git_commit", "git_dirty", "topology",
 }  # fmt: skip
 
 

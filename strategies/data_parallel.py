@@ -1,0 +1,117 @@
+"""``dp``: nn.DataParallel, one process driving N GPUs.
+
+Every step, nn.DataParallel cuts the batch with ``Tensor.chunk(N)`` (strategies/shards.py),
+copies the module to each GPU that got a chunk, runs the replicas in threads and gathers the
+outputs on the first GPU, where the loss, the summed gradients and the optimizer live.
+``python -m bench explain dp`` prints that step by step.
+
+Without GPUs nn.DataParallel keeps no device list and just calls the module, so on a CPU
+this strategy is a one-device pass-through, and its topology and record say so.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from models.spec import ModelSpec
+from strategies.base import ConfigError, Launch, Strategy, Topology
+from strategies.shards import chunk_sizes
+
+if TYPE_CHECKING:
+    from bench.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+
+def flatten_rnn_weights(model: nn.Module) -> int:
+    """Has every RNN call ``flatten_parameters()`` before its forward; returns how many RNNs.
+
+    Replicas get their weights by broadcast, as separate tensors, and cuDNN then warns that
+    "RNN module weights are not part of single contiguous chunk of memory" and compacts them
+    on every call. The hook runs on each replica (replicas share the hooks dict) and packs its
+    weights first, the fix the PyTorch FAQ gives. Off CUDA, ``flatten_parameters`` does nothing.
+    """
+    rnns = [m for m in model.modules() if isinstance(m, nn.RNNBase)]
+    for rnn in rnns:
+        rnn.register_forward_pre_hook(_flatten)
+    return len(rnns)
+
+
+def _flatten(module: nn.Module, args: tuple[object, ...]) -> None:
+    module.flatten_parameters()  # type: ignore[operator]
+
+
+def apply_data_parallel(model: nn.Module, devices: tuple[torch.device, ...]) -> nn.DataParallel:
+    """``nn.DataParallel`` over ``devices``: the CUDA ones by index, or none (a pass-through) on a CPU."""
+    flatten_rnn_weights(model)
+    if devices[0].type == "cuda":
+        ids = [d.index for d in devices]
+        return nn.DataParallel(model.to(devices[0]), device_ids=ids, output_device=ids[0])
+    return nn.DataParallel(model)
+
+
+class DataParallelStrategy(Strategy):
+    """nn.DataParallel: the batch scattered over N GPUs of one process, as in the PyTorch tutorial."""
+
+    name = "dp"
+    launch = Launch.IN_PROCESS
+    description = "nn.DataParallel: one process, the batch scattered over N GPUs"
+    needs_gpus = True  # on a CPU it can only pass through
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self._replicas: int | None = None
+        """Fewest replicas that got work in any step (nn.DataParallel skips devices that get no chunk)."""
+
+    def validate(self, gpus_available: int) -> None:
+        if self.config.sync_batchnorm:
+            raise ConfigError(
+                "--sync-batchnorm works with ddp only: nn.DataParallel computes BatchNorm statistics per replica"
+            )
+
+    def local_topology(self) -> Topology:
+        if self.config.accelerator == "cuda":
+            return super().local_topology()
+        # One CPU, one module call per step: never report N devices for what ran on one. Still
+        # "emulated", because it stands in for N GPUs.
+        return Topology(devices=(torch.device("cpu"),), emulated=True)
+
+    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
+        requested = self.config.devices
+        chunks = chunk_sizes(self.config.batch_size, requested)
+        if len(chunks) < requested:
+            log.warning(
+                "nn.DataParallel cuts a batch of %d into %s: only %d of %d devices get work",
+                self.config.batch_size, "/".join(map(str, chunks)), len(chunks), requested,
+            )  # fmt: skip
+        if topo.devices[0].type != "cuda" and requested > 1:
+            log.warning(
+                "no GPUs: nn.DataParallel calls the module once on the whole batch, so this run "
+                "stands in for %d devices on 1 (recorded as effective_device_count 1)",
+                requested,
+            )
+        return apply_data_parallel(spec.blocks, topo.devices)
+
+    def shard_batch(
+        self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # The whole batch goes to the first device; nn.DataParallel scatters it from there.
+        replicas = len(chunk_sizes(len(inputs), len(topo.devices)))
+        self._replicas = replicas if self._replicas is None else min(self._replicas, replicas)
+        return super().shard_batch(inputs, targets, topo)
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        # Unwrapped, so that the keys carry no "module." and load into any strategy's model.
+        return model.module.state_dict()  # type: ignore[union-attr]
+
+    def rank_fields(self) -> dict[str, object]:
+        return {
+            "requested_devices": self.config.devices,
+            "effective_device_count": self._replicas or 0,
+            "pass_through": self.config.accelerator != "cuda",
+            "scatter_chunk_sizes": chunk_sizes(self.config.batch_size, self.config.devices),
+        }

@@ -1,0 +1,256 @@
+"""``pp``: pipeline parallelism with torch.distributed.pipelining, one process per rank (torchrun).
+
+The blocks are cut into p*v stages by ``--balance``; rank r builds a PipelineStage around each
+of its own pieces (``stages_of_rank``: r, r+p, ... or the V of zbv/dualpipev) and hands them to
+the ``--schedule``. We build the stages by hand from our nn.Sequential pieces rather than with
+torch's tracer (``pipeline()``): every model here is already a list of blocks, and the pieces
+stay the very modules the single-device reference trains.
+
+    p = 2, v = 1, balance [3, 2]       rank 0: blocks 0-2 --activations--> rank 1: blocks 3-4 -> loss
+                                              <-----gradients--------
+
+Point-to-point goes over gloo on the CPU and nccl on CUDA (gloo cannot send CUDA tensors).
+
+Loss scaling: the schedule calls the loss function on each micro-batch (a mean over its B/M
+samples), runs each micro-batch's backward on that loss unscaled, and with ``scale_grads=True``
+divides the accumulated gradients by M after the last backward. So the gradient is
+(1/M) * sum_i mean_i grad = (1/B) * sum_samples grad: the single device's mean-loss gradient,
+exactly when the M micro-batches are equal (validated), up to fp32 rounding. The loss we report
+is likewise the mean of the M micro-batch losses, the batch's mean loss, on the rank that holds
+the last stage (None elsewhere). tests/test_pipeline.py checks both against ``single``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from models.spec import ModelSpec
+from strategies.base import ConfigError, Launch, Strategy, Topology
+from strategies.distributed import (
+    backend,
+    destroy_process_group,
+    gather_objects,
+    init_process_group,
+    is_initialized,
+)
+from strategies.model_parallel import check_split, stage_balance
+from strategies.partition import split_sequential
+from strategies.schedules import (
+    available_schedules,
+    check_schedule,
+    schedule_info,
+    stages_of_rank,
+    theoretical_bubble,
+)
+from strategies.timing import (
+    BACKWARD,
+    BACKWARD_INPUT,
+    BACKWARD_WEIGHT,
+    FORWARD,
+    StepLog,
+    StepTimer,
+    peak_bytes,
+    pipeline_fields,
+    rank_timing_fields,
+    synchronize,
+)
+
+
+def check_p2p_backend(device_type: str, backend: str) -> None:
+    """Raises ValueError for a process-group backend that cannot carry this device's tensors point to point."""
+    if device_type == "cuda" and backend != "nccl":
+        raise ValueError(f"pp on cuda needs the nccl backend: {backend} cannot send CUDA tensors point to point")
+
+
+def planned_backend(accelerator: str) -> str:
+    """The backend strategies.distributed.init_process_group picks for ``accelerator``."""
+    return "nccl" if accelerator == "cuda" else "gloo"
+
+
+def timed_stage_class() -> type:
+    """A PipelineStage that times each compute call it is asked for.
+
+    Why here and not with module hooks: every compute action of every schedule goes through these
+    three methods (F, B; and I then W for zero-bubble schedules, which split the backward with
+    their own graph walk that a custom autograd Function inside the stage would break), and
+    nothing else does: the point-to-point transfers happen in the schedule, between the calls.
+    """
+    from torch.distributed.pipelining import PipelineStage
+
+    class TimedStage(PipelineStage):
+        timer: StepTimer
+
+        def forward_one_chunk(self, fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            with self.timer.span(self.stage_index, fwd_chunk_id, FORWARD, self.device):
+                return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
+
+        def backward_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            full = kwargs.get("full_backward", args[1] if len(args) > 1 else True)
+            with self.timer.span(self.stage_index, bwd_chunk_id, BACKWARD if full else BACKWARD_INPUT, self.device):
+                return super().backward_one_chunk(bwd_chunk_id, *args, **kwargs)
+
+        def backward_weight_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            with self.timer.span(self.stage_index, bwd_chunk_id, BACKWARD_WEIGHT, self.device):
+                return super().backward_weight_one_chunk(bwd_chunk_id, *args, **kwargs)
+
+    return TimedStage
+
+
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward makes the gradient contiguous."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+class Contiguous(nn.Module):
+    """Runs ``module`` with a contiguous output and a contiguous input gradient.
+
+    The receiving rank allocates its buffer with the strides the sender's tensor had, and gloo
+    refuses strided buffers: an LSTM's batch-first output, and the gradient of its input, are views.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.requires_grad:
+            x = _ContiguousGrad.apply(x)
+        return self.module(x).contiguous()
+
+
+class PipelinePart(nn.Module):
+    """This rank's stages; ``block_ids`` maps each stage's blocks back to their index in the whole model."""
+
+    def __init__(self, stages: list[nn.Sequential], block_ids: list[list[int]]) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+        self.block_ids = block_ids
+
+    def global_state(self) -> dict[str, torch.Tensor]:
+        """The state of these blocks keyed as in the whole model (``3.0.weight``)."""
+        return {
+            f"{block}.{key}": value
+            for stage, ids in zip(self.stages, self.block_ids, strict=True)
+            for local, block in enumerate(ids)
+            for key, value in stage[local].state_dict().items()
+        }
+
+
+class PipelineStrategy(Strategy):
+    """torch.distributed.pipelining: one process per rank, p*v stages, a named schedule."""
+
+    name = "pp"
+    min_devices = 2
+    launch = Launch.PER_DEVICE
+    description = "pipeline parallel (torch.distributed.pipelining): one process per stage, --schedule"
+    sweep_options = ("microbatches", "schedule", "stages_per_rank", "balance")
+
+    _owns_group = False
+
+    def validate(self, gpus_available: int) -> None:
+        c = self.config
+        try:
+            info = schedule_info(c.schedule, available_schedules())
+            check_schedule(info, c.devices, c.stages_per_rank, c.microbatches)
+            check_p2p_backend(c.accelerator, planned_backend(c.accelerator))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        check_split(c, c.devices * c.stages_per_rank)
+
+    def setup(self, topo: Topology) -> None:
+        # A group formed by the caller (tests, the fidelity benchmark) is kept, and checked.
+        if not is_initialized():
+            init_process_group(topo, self.config.timeout_s)
+            self._owns_group = True
+        check_p2p_backend(topo.devices[0].type, backend() or "none")
+
+    def teardown(self) -> None:
+        if self._owns_group:
+            destroy_process_group()
+            self._owns_group = False
+
+    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
+        c = self.config
+        p, device = topo.world_size, topo.devices[0]
+        info = schedule_info(c.schedule, available_schedules())
+        total = p * c.stages_per_rank
+        # Every rank must cut at the same blocks: with --balance time each rank profiles, and
+        # rank 0's answer is the one all use.
+        balance = gather_objects(stage_balance(c.balance, spec, total, c.batch_size // c.microbatches, device))[0]
+        starts = [sum(balance[:s]) for s in range(total)]
+        mine = stages_of_rank(topo.rank, p, c.stages_per_rank, info.v_shape)
+        pieces = split_sequential(spec.blocks, balance)
+        modules = [pieces[s].to(device) for s in mine]
+        self.timer, self.log, self.topo, self.balance, self.mine = StepTimer(), StepLog(c.warmup), topo, balance, mine
+        self.has_first, self.has_last = 0 in mine, total - 1 in mine
+        stage_class = timed_stage_class()
+        stages = []
+        for s, module in zip(mine, modules, strict=True):
+            stage = stage_class(Contiguous(module), s, total, device)
+            stage.timer = self.timer
+            stages.append(stage)
+        import torch.distributed.pipelining as pipelining
+
+        schedule_class = getattr(pipelining, info.torch_class)
+        self.schedule = schedule_class(
+            stages if info.multi_stage else stages[0], c.microbatches, loss_fn=spec.loss_fn, scale_grads=True
+        )
+        return PipelinePart(modules, [list(range(starts[s], starts[s] + balance[s])) for s in mine])
+
+    def train_step(
+        self,
+        model: nn.Module,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        loss_fn: nn.Module,
+        optimizer: torch.optim.Optimizer,
+    ) -> torch.Tensor | None:
+        start = time.perf_counter()
+        self.timer.start(self.topo.devices)
+        optimizer.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if self.has_first else ()
+        kwargs: dict[str, Any] = {"target": targets, "losses": losses} if self.has_last else {}
+        self.schedule.step(*args, return_outputs=False, **kwargs)
+        optimizer.step()
+        synchronize(self.topo.devices)
+        self.log.add(self.timer.spans(), (time.perf_counter() - start) * 1e3, self.timer.wall_start_s)
+        # Equal micro-batches: the mean of their mean losses is the batch's mean loss.
+        return torch.stack(losses).mean().detach() if self.has_last else None
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return model.global_state()  # type: ignore[operator]
+
+    def rank_fields(self) -> dict[str, object]:
+        fields = rank_timing_fields(self.log, self.topo.rank, [self.mine])
+        return {**fields, "peak_mem_bytes": peak_bytes(self.topo.devices), "stages": self.mine}
+
+    def record_fields(self, per_rank: list[dict[str, object]]) -> dict[str, object]:
+        c = self.config
+        p = len(per_rank)
+        return {
+            "schedule": c.schedule,
+            "microbatches": c.microbatches,
+            "stages_per_rank": c.stages_per_rank,
+            "stages": p * c.stages_per_rank,
+            "stages_of_rank": [r["stages"] for r in per_rank],
+            "balance": self.balance,
+            "balance_mode": c.balance,
+            "backend": backend(),
+            "theoretical_bubble_fraction": theoretical_bubble(
+                schedule_info(c.schedule, available_schedules()), p, c.microbatches, c.stages_per_rank
+            ),
+            **pipeline_fields(per_rank),
+            "stage_peak_mem_bytes": [r["peak_mem_bytes"][0] for r in per_rank],  # type: ignore[index]
+        }

@@ -1,0 +1,126 @@
+"""``pp``: every schedule this torch offers trains like ``single`` on 2 gloo ranks; the CLI end to end; bad input.
+
+All pipeline runs share one spawned process group (``run_ranks_sequence``): forming a group
+costs seconds, a tiny run a fraction of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.config import RunConfig, resolve
+from bench.records import read_records
+from bench.runner import global_losses
+from strategies.schedules import BY_NAME, available_schedules, theoretical_bubble
+from tests.conftest import run_bench
+from tests.distributed import merged_state, run_ranks_sequence
+from tests.equivalence import assert_matches_reference, reference
+from tests.test_bad_input import run_in_process
+
+SCHEDULES = available_schedules()
+BASE = RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, steps=3, warmup=1, microbatches=4)
+
+
+def _config(**changes: object) -> RunConfig:
+    return dataclasses.replace(BASE, **changes)  # type: ignore[arg-type]
+
+
+CONFIGS = {
+    **{
+        f"mlp-{name}": _config(schedule=name, stages_per_rank=BY_NAME[name].min_v if BY_NAME[name].multi_stage else 1)
+        for name in SCHEDULES
+    },
+    "rnn-gpipe": _config(model="rnn"),
+    "cnn-gpipe-time-balance": _config(model="cnn", norm="group", balance="time"),
+}
+# With v = 2 the multi-stage schedules run 4 stages on the 2 ranks (mlp tiny has 5 blocks).
+assert {c.stages_per_rank for c in CONFIGS.values()} <= {1, 2}
+
+
+@pytest.fixture(scope="module")
+def pipeline_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[RunConfig, list]]:
+    folder = tmp_path_factory.mktemp("pp")
+    configs = {k: resolve(dataclasses.replace(c, out=str(folder / "r.jsonl"))) for k, c in CONFIGS.items()}
+    results = run_ranks_sequence(list(configs.values()), world_size=2, folder=folder, timeout_s=400)
+    return {k: (c, r) for (k, c), r in zip(configs.items(), results, strict=True)}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[RunConfig, list]]) -> None:
+    config, results = pipeline_runs[case]
+    losses = global_losses(results[0].ranks)
+    assert len(losses) == 4 and losses[0] != losses[-1]
+    assert_matches_reference(losses, merged_state(results), reference(config))
+
+    fields = results[0].strategy_fields
+    info = BY_NAME[config.schedule]
+    stages = 2 * config.stages_per_rank
+    assert fields["schedule"] == config.schedule and fields["stages"] == stages and fields["backend"] == "gloo"
+    # Only the rank that holds the last stage reports a loss.
+    last_rank = next(r for r, held in enumerate(fields["stages_of_rank"]) if stages - 1 in held)
+    for rank, stats in enumerate(results[0].ranks):
+        assert all((loss is None) == (rank != last_rank) for loss in stats.losses)
+    # The timeline: every stage forwards and backwards every micro-batch once (B, or I then W).
+    timeline = fields["timeline"]
+    kinds = [(s["stage"], s["microbatch"], s["kind"]) for s in timeline]
+    assert sorted(k for k in kinds if k[2] == "F") == [(s, i, "F") for s in range(stages) for i in range(4)]
+    input_grads = sorted((s, i) for s, i, k in kinds if k in "BI")
+    assert input_grads == [(s, i) for s in range(stages) for i in range(4)]
+    assert sorted((s, i) for s, i, k in kinds if k == "W") == sorted((s, i) for s, i, k in kinds if k == "I")
+    assert {s["rank"] for s in timeline} == {0, 1}
+    assert 0 < fields["measured_bubble_fraction"] < 1 and fields["stage_imbalance"] >= 1
+    assert len(fields["stage_busy_ms"]) == stages and len(fields["stage_peak_mem_bytes"]) == 2
+    assert fields["theoretical_bubble_fraction"] == theoretical_bubble(info, 2, 4, config.stages_per_rank)
+
+
+@pytest.mark.distributed
+def test_bench_run_pp_end_to_end(results: Path) -> None:
+    proc = run_bench("run", "--strategy", "pp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
+                     "--microbatches", "4", "--steps", "3", "--warmup", "1", "--out", str(results))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records, bad = read_records(results)
+    assert bad == [] and len(records) == 1
+    record = records[0]
+    assert record["strategy"] == "pp" and record["processes"] == 2 and record["device_count"] == 2
+    assert record["emulated"] is True and len(record["losses"]) == 4 and len(record["step_times_ms"]) == 3
+    fields = record["strategy_fields"]
+    assert fields["schedule"] == "gpipe" and fields["microbatches"] == 4 and fields["balance"] == [3, 2]
+    assert fields["theoretical_bubble_fraction"] == pytest.approx(1 / 5)
+    assert fields["stages_of_rank"] == [[0], [1]]
+    assert len(fields["timeline"]) == 2 * 2 * 4 and {s["rank"] for s in fields["timeline"]} == {0, 1}
+
+
+BAD_SPLITS = [
+    (["--strategy", "mp", "--devices", "6"], "cannot split 5 blocks into 6 stages"),
+    (["--strategy", "pp", "--devices", "2", "--schedule", "looped-bfs", "--stages-per-rank", "3"],
+     "cannot split 5 blocks into 6 stages"),
+    (["--strategy", "mp", "--devices", "2", "--balance", "3,1,1"], "balance [3, 1, 1] has 3 stages, but the run has 2"),
+    (["--strategy", "pp", "--devices", "2", "--balance", "3,3"],
+     "balance [3, 3] sums to 6, but the model has 5 blocks"),
+    (["--strategy", "mp", "--devices", "2", "--microbatches", "3"],
+     "global batch 8 is not divisible by 3 micro-batches"),
+    (["--strategy", "pp", "--devices", "2", "--batch-size", "4", "--microbatches", "8"],
+     "global batch 4 has fewer samples than --microbatches 8"),
+    (["--strategy", "pp", "--devices", "2", "--schedule", "interleaved-1f1b", "--microbatches", "4"],
+     "schedule 'interleaved-1f1b' needs at least 2 stage(s) per rank, got --stages-per-rank 1"),
+    (["--strategy", "pp", "--devices", "2", "--schedule", "interleaved-1f1b", "--stages-per-rank", "2",
+      "--batch-size", "10", "--microbatches", "5"], "--microbatches 5 is not a multiple of its 2 rounds (try 4)"),
+    (["--strategy", "pp", "--devices", "2", "--schedule", "chimera"],
+     f"unknown schedule 'chimera'; this torch offers {', '.join(SCHEDULES)}"),
+    (["--strategy", "mp", "--devices", "2", "--schedule", "1f1b"], "--schedule 1f1b is for pp"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_SPLITS, ids=[" ".join(a[1:]) for a, _ in BAD_SPLITS])
+def test_bad_split_is_one_clear_line(
+    args: list[str], message: str, results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_in_process(capsys, "run", "--model", "mlp", "--preset", "tiny", "--out", str(results), *args)
+    assert code == 2
+    assert err.count("\n") == 1, err
+    assert message in err
+    assert not results.exists()
