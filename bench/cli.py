@@ -10,14 +10,17 @@ import sys
 import torch
 
 import models
+from bench import sweep
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, gpus_available, resolve
 from bench.environment import environment
-from bench.fidelity import single_vs_plain_loop
+from bench.explain import add_explain_parser, cmd_explain
+from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, pp_vs_mp, single_vs_plain_loop
 from bench.launch import launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record
 from bench.runner import train
+from reports import build as report
 from strategies import STRATEGIES, ConfigError, Launch, get_strategy
 
 log = logging.getLogger("bench")
@@ -30,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="train one configuration, time it, append its record")
     add_config_arguments(run, RunConfig)
     commands.add_parser("list", help="strategies, models, presets and the devices found")
+    add_explain_parser(commands)
+    sweep.add_parser(commands)
+    report.add_parser(commands)
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out"))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
@@ -44,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_list()
     if args.command == "run":
         return cmd_run(args, argv)
+    if args.command == "report":
+        return report.main(args)
+    if args.command == "sweep":
+        return sweep.main(args)
+    if args.command == "explain":
+        return cmd_explain(args)
     if args.command == "fidelity":
         return cmd_fidelity(args)
     raise AssertionError(args.command)
@@ -85,6 +97,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     try:
         config = resolve(config_from_args(RunConfig, args))
+        ddp_config = ddp_fidelity_config(config)
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
     except ConfigError as exc:
@@ -93,6 +106,11 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     print(f"{config.model}/{config.preset}, batch {config.batch_size}, {config.accelerator}, "
           f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.steps} steps")  # fmt: skip
     print(comparison.line())
+    if ddp_config is not None:
+        print(ddp_vs_plain_ddp(ddp_config, args.rounds).line())
+    if config.accelerator == "cpu" or torch.cuda.device_count() >= 2:
+        for speedup in pp_vs_mp(config, args.rounds):
+            print(speedup.line())
     return 0
 
 

@@ -53,8 +53,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple
         parser.add_argument(flag, type=_TYPES[str(f.type)], default=default, help=help_text + shown)
 
 
-def config_from_args(cls: type, args: argparse.Namespace) -> object:
-    names = {f.name for f in dataclasses.fields(cls)}
+def config_from_args(cls: type, args: argparse.Namespace, skip: tuple[str, ...] = ()) -> object:
+    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
     return cls(**{k: v for k, v in vars(args).items() if k in names})
 
 
@@ -62,3 +62,31 @@ def fail(prog: str, message: str) -> NoReturn:
     """The one-line error of every bad input: ``prog: error: message``, exit code 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def config_to_argv(config: object) -> list[str]:
+    """The command-line options that rebuild ``config`` exactly (the inverse of ``config_from_args``)."""
+    argv: list[str] = []
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def comma_list(kind: type) -> object:
+    """An argparse type for ``1,2,4`` style lists."""
+
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(item) for item in text.split(",") if item.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+            ) from None
+
+    parse.__name__ = f"{kind.__name__} list"
+    return parse

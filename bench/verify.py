@@ -1,0 +1,128 @@
+"""``python -m bench verify``: every strategy against ``single`` on this machine, in a table.
+
+Each strategy trains the tiny preset of each model for a few steps, with GroupNorm (so that
+splitting the batch changes nothing), in its own process (torchrun where it needs one), and
+saves a strategy-free checkpoint. The same run under ``single`` is the reference: losses and
+final parameters must agree within fp32 tolerance. The rows go into the results file, where
+the report puts the verdict next to each strategy's speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import tempfile
+from pathlib import Path
+
+import models
+from bench.checkpoint import load_checkpoint
+from bench.cli_args import comma_list, fail
+from bench.config import RunConfig, resolve
+from bench.records import RECORD_VERSION, append_record, read_records
+from bench.sweep import run_child, run_key
+from strategies import STRATEGIES, ConfigError
+
+RTOL, ATOL = 1e-4, 1e-5
+"""fp32 tolerance: sharded batches and reduced gradients sum in another order, a few ulps per step."""
+
+
+def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
+    # 8 samples: divisible by 2 or 4 data-parallel ranks and by 4 micro-batches.
+    return RunConfig(strategy="single", model=model, preset="tiny", norm="group", batch_size=8, steps=steps,
+                     warmup=0, seed=0, out=str(folder / "runs.jsonl"), accelerator="auto")  # fmt: skip
+
+
+def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path) -> RunConfig:
+    options = STRATEGIES[strategy].sweep_options
+    return dataclasses.replace(
+        reference, strategy=strategy, devices=devices, microbatches=4 if "microbatches" in options else 1,
+        save_checkpoint=str(folder / f"{strategy}-{reference.model}-{devices}.pt"),
+    )  # fmt: skip
+
+
+def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[float, float, bool]:
+    """(largest parameter difference, largest loss difference, within tolerance)."""
+    import torch
+
+    got_state = load_checkpoint(got.save_checkpoint)
+    want_state = load_checkpoint(want.save_checkpoint)
+    if got_state.keys() != want_state.keys():
+        return math.inf, math.inf, False
+    param_diff = max((got_state[k].float() - v.float()).abs().max().item() for k, v in want_state.items())
+    close = all(torch.allclose(got_state[k].float(), v.float(), rtol=RTOL, atol=ATOL) for k, v in want_state.items())
+    got_losses = torch.tensor(records[run_key(got.as_dict())]["losses"])
+    want_losses = torch.tensor(records[run_key(want.as_dict())]["losses"])
+    loss_diff = (got_losses - want_losses).abs().max().item()
+    return param_diff, loss_diff, close and torch.allclose(got_losses, want_losses, rtol=RTOL, atol=ATOL)
+
+
+def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: int, steps: int,
+           timeout_s: float) -> list[dict[str, object]]:  # fmt: skip
+    """One verify row per strategy and model (skipped ones carry the reason)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        folder = Path(tmp)
+        for model in model_names:
+            want = resolve(dataclasses.replace(reference_config(model, folder, steps),
+                                               save_checkpoint=str(folder / f"single-{model}.pt")))  # fmt: skip
+            status, reason, _ = run_child(want, timeout_s)
+            for strategy in strategies:
+                row = {"record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
+                       "devices": devices, "max_param_diff": None, "max_loss_diff": None, "passed": False}  # fmt: skip
+                rows.append(row)
+                if status != "ok":
+                    row["reason"] = f"reference run {status}: {reason}"
+                    continue
+                try:
+                    got = resolve(candidate(want, strategy, devices, folder))
+                except ConfigError as exc:
+                    row.update(passed=None, reason=f"skipped: {exc}")
+                    continue
+                got_status, got_reason, _ = run_child(got, timeout_s)
+                if got_status != "ok":
+                    row["reason"] = f"{got_status}: {got_reason}"
+                    continue
+                records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
+                param_diff, loss_diff, passed = compare(got, want, records)
+                row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed)
+    return rows
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("verify", help="check every strategy against single on this machine's devices")
+    others = tuple(s for s in STRATEGIES if s != "single")
+    parser.add_argument("--strategies", type=comma_list(str), default=others, help="default: all but single")
+    parser.add_argument("--models", type=comma_list(str), default=tuple(models.FAMILIES), help="default: all")
+    parser.add_argument("--devices", type=int, default=2, help="devices per strategy (default: 2)")
+    parser.add_argument("--steps", type=int, default=3, help="optimizer steps compared (default: 3)")
+    parser.add_argument("--run-timeout-s", type=float, default=300.0, help="limit per run (default: 300)")
+    parser.add_argument("--out", default="results/verify.jsonl", help="rows are appended here for the report")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        for name in args.strategies:
+            if name not in STRATEGIES:
+                raise ConfigError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        for name in args.models:
+            resolve(RunConfig(model=name, preset="tiny", out=args.out))
+        for flag, value in (("--devices", args.devices), ("--steps", args.steps)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be at least 1, got {value}")
+    except ConfigError as exc:
+        fail("bench verify", str(exc))
+    rows = verify(args.strategies, args.models, args.devices, args.steps, args.run_timeout_s)
+    print(f"{'strategy':<10} {'model':<6} {'devices':>7} {'max param diff':>15} {'max loss diff':>14}  result")
+    for row in rows:
+        append_record(args.out, row)
+        verdict = {True: "pass", False: "FAIL", None: "skipped"}[row["passed"]]
+        diff = "" if row["max_param_diff"] is None else f"{row['max_param_diff']:.2e}"
+        loss = "" if row["max_loss_diff"] is None else f"{row['max_loss_diff']:.2e}"
+        note = f"  ({row['reason']})" if row.get("reason") else ""
+        print(f"{row['strategy']:<10} {row['model']:<6} {row['devices']:>7} {diff:>15} {loss:>14}  {verdict}{note}")
+    failed = [r for r in rows if r["passed"] is False]
+    return 1 if failed else 0
+
+
+__all__ = ["add_parser", "main", "verify"]

@@ -1,0 +1,129 @@
+"""``python -m bench report RESULTS... --out DIR``: records in, figures and a report out."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from bench.cli_args import fail
+from bench.records import RecordError
+from reports import figures
+from reports.load import Results, load
+from reports.render import Section, write_html, write_markdown
+from reports.tables import fastest, results_table, with_scaling, with_verification
+
+log = logging.getLogger(__name__)
+
+
+def build_report(results: Results, out: Path) -> list[Path]:
+    """Writes ``report.md``, ``report.html`` and their PNGs into ``out``; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs, baseline = with_scaling(results.runs)
+    runs = with_verification(runs, results.verify)
+    emulated = results.emulated
+    sections = [_overview(results, emulated)]
+    if not runs.empty:
+        sections.append(Section("Fastest correct strategy", [
+            "For each model and device count, the fastest strategy not shown to be wrong by `bench verify` "
+            "(`verified` says whether it was checked)."], [fastest(runs)]))  # fmt: skip
+        sections.append(Section("Throughput and scaling", [
+            "Speed-up is samples/s over `single` on one device for the same model, preset and scaling mode; "
+            "efficiency is speed-up / devices."], [results_table(runs)],
+            _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))  # fmt: skip
+        memory = [figures.memory(runs, out), figures.throughput_vs_memory(runs, out)]
+        sections.append(Section("Memory", [], [], _present(memory)))
+        compare = _present([figures.dp_vs_ddp(runs, out)])
+        if compare:
+            sections.append(Section("nn.DataParallel vs DistributedDataParallel", [], [], compare))
+        pipeline = _present([figures.bubbles(runs, out), _timeline(results, out)])
+        if pipeline:
+            sections.append(Section("Pipelines", [
+                "Bubble: the fraction of a step a stage sits idle. Theoretical: (p-1)/(m+p-1) for GPipe and 1F1B, "
+                "divided by v for interleaved schedules."], [], pipeline))  # fmt: skip
+    if not results.verify.empty:
+        columns = [c for c in ("strategy", "model", "devices", "max_param_diff", "max_loss_diff", "passed")
+                   if c in results.verify.columns]  # fmt: skip
+        sections.append(Section("Verification against single", [], [results.verify[columns]]))
+    sections.append(_not_run(results))
+    sections.append(_environment(results))
+    md, page = out / "report.md", out / "report.html"
+    title = "Parallelism strategy comparison" + (" (EMULATED devices on CPU)" if emulated else "")
+    write_markdown(title, sections, md)
+    write_html(title, sections, page)
+    return [md, page, *sorted(out.glob("*.png"))]
+
+
+def _present(paths: list[Path | None]) -> list[Path]:
+    return [p for p in paths if p is not None]
+
+
+def _overview(results: Results, emulated: bool) -> Section:
+    n_ok, n_bad = len(results.runs), len(results.failures)
+    text = [f"{n_ok} configuration(s) measured, {n_bad} failed or timed out."]
+    if emulated:
+        text.append(
+            f"{figures.warning_for(results.runs)}. Rows and plots marked emulated measure how the strategies' work and "
+            "communication overlap on shared CPU cores; read them for correctness and overheads, not for GPU speed-ups."
+        )
+    return Section("Overview", text)
+
+
+def _timeline(results: Results, out: Path) -> Path | None:
+    """The Gantt chart of the last pipeline record that kept its micro-batch events."""
+    for record in reversed(results.records):
+        events = (record.get("strategy_fields") or {}).get("timeline")
+        if record.get("status") == "ok" and events:
+            title = (
+                f"One step of {record['strategy']} ({record['config'].get('schedule')}, "
+                f"m={record['config'].get('microbatches')}) on {record['device_count']} ranks, {record['model']}"
+            )
+            flags = pd.DataFrame([{"emulated": record["emulated"], "oversubscribed": record.get("oversubscribed")}])
+            return figures.timeline(events, title, flags, out)
+    return None
+
+
+def _not_run(results: Results) -> Section:
+    section = Section("Failed, timed-out and unreadable")
+    if not results.failures.empty:
+        section.tables.append(results.failures)
+    if results.bad_lines:
+        section.tables.append(pd.DataFrame(
+            [{"file": str(p), "line": b.line_number, "reason": b.reason} for p, b in results.bad_lines]))  # fmt: skip
+    if not section.tables:
+        section.paragraphs.append("None: every configuration produced a record.")
+    return section
+
+
+def _environment(results: Results) -> Section:
+    envs = {}
+    for record in results.records:
+        env = record.get("env") or {}
+        key = (env.get("hostname"), env.get("torch"), tuple(env.get("gpu_names") or ()))
+        envs[key] = env
+    rows = [{k: v for k, v in env.items() if k != "topology"} for env in envs.values()]
+    section = Section("Environment", tables=[pd.DataFrame(rows)] if rows else [])
+    topologies = {env.get("topology") for env in envs.values() if env.get("topology")}
+    if topologies:
+        section.preformatted = "\n\n".join(sorted(topologies))
+    return section
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("report", help="figures and a Markdown + HTML report from records")
+    parser.add_argument("results", nargs="+", type=Path, help="results .jsonl files (or pytest-benchmark .json)")
+    parser.add_argument("--out", type=Path, default=Path("results/report"), help="folder (default: results/report)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        results = load(args.results)
+    except RecordError as exc:
+        fail("bench report", str(exc))
+    for path, bad in results.bad_lines:
+        log.warning("%s:%d skipped: %s", path, bad.line_number, bad.reason)
+    written = build_report(results, args.out)
+    print(f"report: {written[0]} and {written[1]} ({len(written) - 2} figures)")
+    return 0

@@ -1,0 +1,103 @@
+"""Records -> tables: the only place that knows the record's field names."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from bench.records import BadLine, RecordError, read_records
+from bench.sweep import describe
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Results:
+    """Everything a report draws from: successful runs, failed ones, verification, and what was unreadable."""
+
+    runs: pd.DataFrame
+    failures: pd.DataFrame
+    verify: pd.DataFrame
+    records: list[dict[str, object]] = field(default_factory=list)
+    bad_lines: list[tuple[Path, BadLine]] = field(default_factory=list)
+
+    @property
+    def emulated(self) -> bool:
+        return bool(len(self.runs)) and bool(self.runs["emulated"].any())
+
+
+def variant(record: dict[str, object]) -> str:
+    """The strategy and the options that tell its sweep points apart: ``pp (1f1b, m=8)``."""
+    return describe({**(record.get("config") or {}), "strategy": record["strategy"]})
+
+
+def run_row(record: dict[str, object]) -> dict[str, object]:
+    config = record["config"]
+    median, iqr, batch = record["step_time_ms_median"], record["step_time_ms_iqr"], record["global_batch_size"]
+    peaks = record["peak_mem_bytes"] or [0]
+    fields = record.get("strategy_fields") or {}
+    return {
+        "strategy": record["strategy"],
+        "variant": variant(record),
+        "model": record["model"],
+        "preset": record["preset"],
+        # One plot panel per model and size: a tiny and a small ResNet do not share an axis.
+        "panel": f"{record['model']}/{record['preset']}",
+        "devices": record["device_count"],
+        "scaling": config.get("scaling") or "single run",
+        "global_batch": batch,
+        "samples_per_s": record["samples_per_s"],
+        # Throughput at the quartiles of the step time: the error bars of the throughput plots.
+        "samples_per_s_low": batch / ((median + iqr / 2) / 1e3),
+        "samples_per_s_high": batch / (max(median - iqr / 2, 1e-9) / 1e3),
+        "step_time_ms": median,
+        "step_time_iqr_ms": iqr,
+        "peak_mem_source": record["peak_mem_source"],
+        "peak_mem_mib_per_device": max(peaks) / 2**20,
+        "mfu": record.get("mfu") if record.get("mfu") is not None else float("nan"),
+        "emulated": bool(record["emulated"]),
+        "oversubscribed": bool(record.get("oversubscribed")),
+        "microbatches": config.get("microbatches"),
+        "schedule": config.get("schedule"),
+        "bubble_measured": fields.get("measured_bubble_fraction"),
+        "bubble_theoretical": fields.get("theoretical_bubble_fraction"),
+        "stage_imbalance": fields.get("stage_imbalance"),
+        "accelerator": record["accelerator"],
+    }
+
+
+def load(paths: list[Path]) -> Results:
+    """Reads run records and ``bench verify`` rows; torn lines are kept aside with their line numbers."""
+    records, bad = [], []
+    for path in paths:
+        if path.suffix == ".json":
+            records += _benchmark_json(path)
+            continue
+        good, broken = read_records(path)
+        records += good
+        bad += [(path, b) for b in broken]
+    runs = [run_row(r) for r in records if r.get("kind", "run") == "run" and r["status"] == "ok"]
+    failures = [
+        {"strategy": r["strategy"], "model": r["model"], "devices": r["device_count"], "status": r["status"],
+         "reason": r.get("reason", "")}
+        for r in records if r.get("kind", "run") == "run" and r["status"] != "ok"
+    ]  # fmt: skip
+    verify = [r for r in records if r.get("kind") == "verify"]
+    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad)
+
+
+def _frame(rows: list[dict[str, object]]) -> pd.DataFrame:
+    return pd.DataFrame(rows)
+
+
+def _benchmark_json(path: Path) -> list[dict[str, object]]:
+    """Run records carried in a pytest-benchmark JSON file (``extra_info['record']`` of each benchmark)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"cannot read benchmark JSON {path}: {exc}") from None
+    return [b["extra_info"]["record"] for b in data.get("benchmarks", []) if "record" in b.get("extra_info", {})]

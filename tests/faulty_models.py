@@ -1,0 +1,36 @@
+"""Models that fail on purpose, loaded through ``--model tests.faulty_models:NAME`` like any user's model."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from models import ModelSpec, build_model
+
+
+class Raise(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("injected fault in forward")
+
+
+class Stall(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(3600)
+        return x
+
+
+def _with_block(block: nn.Module, preset: str) -> ModelSpec:
+    spec = build_model("mlp", preset)
+    return ModelSpec("faulty", nn.Sequential(*spec.blocks, block), spec.make_batch, spec.loss_fn, 4)
+
+
+def raising(preset: str = "tiny") -> ModelSpec:
+    """Raises in its first forward."""
+    return _with_block(Raise(), preset)
+
+
+def stalling(preset: str = "tiny") -> ModelSpec:
+    """Hangs in its first forward."""
+    return _with_block(Stall(), preset)

@@ -1,0 +1,114 @@
+"""The report, built from a small fixed set of records: figures exist, tables hold the right numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.records import RECORD_VERSION
+from reports.build import build_report
+from reports.load import load
+from reports.tables import fastest, with_scaling, with_verification
+from tests.conftest import run_bench
+
+
+def record(strategy: str, devices: int, samples_per_s: float, model: str = "mlp", **fields) -> dict:
+    batch = 32 * devices
+    step_ms = batch / samples_per_s * 1e3
+    config = {"strategy": strategy, "model": model, "preset": "small", "devices": devices, "scaling": "weak",
+              "microbatches": fields.pop("microbatches", 1), "schedule": fields.pop("schedule", "gpipe")}  # fmt: skip
+    return {
+        "record_version": RECORD_VERSION, "status": "ok", "strategy": strategy, "model": model, "preset": "small",
+        "accelerator": "cpu", "device_count": devices, "processes": devices, "emulated": devices > 1,
+        "oversubscribed": False, "global_batch_size": batch, "config": config, "step_times_ms": [step_ms] * 3,
+        "step_time_ms_median": step_ms, "step_time_ms_iqr": step_ms * 0.1, "samples_per_s": samples_per_s,
+        "samples_per_s_per_device": samples_per_s / devices, "peak_mem_bytes": [2**30] * devices,
+        "peak_mem_source": "process_peak_rss", "losses": [2.3, 2.2], "loss_first": 2.3, "loss_last": 2.2,
+        "flops_per_sample": 1000, "mfu": None, "strategy_fields": fields,
+        "env": {"hostname": "testhost", "torch": "2.14.1", "gpu_names": [], "cpu_model": "Test CPU", "cpu_cores": 2},
+    }  # fmt: skip
+
+
+TIMELINE = [
+    {"rank": r, "kind": kind, "microbatch": m, "start_ms": start, "end_ms": start + 1.0}
+    for r in range(2)
+    for m in range(4)
+    for kind, start in (("F", r + m * 1.0), ("B", 6 + (1 - r) + m * 1.0))
+]
+
+RECORDS = [
+    record("single", 1, 100.0),
+    record("ddp", 2, 180.0),
+    record("dp", 2, 120.0),
+    record("mp", 2, 90.0),
+    record(
+        "pp", 2, 250.0, microbatches=4, measured_bubble_fraction=0.3, theoretical_bubble_fraction=0.2, timeline=TIMELINE
+    ),
+    record("pp", 2, 140.0, microbatches=8, measured_bubble_fraction=0.15, theoretical_bubble_fraction=1 / 9),
+    record("single", 1, 50.0, model="cnn"),
+    record("ddp", 2, 95.0, model="cnn"),
+]
+FAILED = {**record("ddp", 4, 1.0), "status": "timeout", "reason": "no result within 60 s"}
+VERIFY = [
+    {"record_version": RECORD_VERSION, "kind": "verify", "strategy": s, "model": "mlp", "devices": 2,
+     "max_param_diff": d, "max_loss_diff": 0.0, "passed": ok}
+    for s, d, ok in (("ddp", 1e-7, True), ("pp", 0.5, False), ("mp", 0.0, True))
+]  # fmt: skip
+
+
+@pytest.fixture
+def results_file(tmp_path: Path) -> Path:
+    path = tmp_path / "sweep.jsonl"
+    lines = [json.dumps(r) for r in [*RECORDS, FAILED, *VERIFY]]
+    lines.insert(3, '{"record_version": 1, "status": "ok", "strat')  # a torn line: line 4
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_speedup_and_efficiency_are_against_single_on_one_device(results_file: Path) -> None:
+    runs, _ = with_scaling(load([results_file]).runs)
+    ddp = runs[(runs["strategy"] == "ddp") & (runs["model"] == "mlp")].iloc[0]
+    assert ddp["speedup"] == pytest.approx(1.8) and ddp["efficiency"] == pytest.approx(0.9)
+    cnn = runs[(runs["strategy"] == "ddp") & (runs["model"] == "cnn")].iloc[0]
+    assert cnn["speedup"] == pytest.approx(1.9)
+
+
+def test_a_strategy_shown_wrong_never_wins_the_summary(results_file: Path) -> None:
+    results = load([results_file])
+    runs = with_verification(with_scaling(results.runs)[0], results.verify)
+    best = fastest(runs).set_index(["panel", "devices"])
+    # pp with 4 micro-batches is the fastest at 2 devices, but verify found it wrong.
+    assert best.loc[("mlp/small", 2), "variant"] == "ddp"
+    assert best.loc[("mlp/small", 2), "verified"] == "pass"
+    assert best.loc[("cnn/small", 2), "verified"] == "not verified"
+    assert best.loc[("mlp/small", 1), "variant"] == "single"
+
+
+def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    written = build_report(load([results_file]), out)
+    names = {p.name for p in written}
+    assert names == {"report.md", "report.html", "throughput.png", "scaling.png", "memory.png",
+                     "throughput_vs_memory.png", "dp_vs_ddp.png",
+                     "bubbles.png", "pipeline_timeline.png"}  # fmt: skip
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    md = (out / "report.md").read_text()
+    assert "EMULATED" in md
+    assert "| mlp/small | 2 | ddp | 180 | 1.8 | 0.9 | pass | True |" in md  # the summary row
+    assert "no result within 60 s" in md and "timeout" in md  # the failed configuration, with its reason
+    assert "| " + str(results_file) + " | 4 |" in md  # the torn line, by number
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 7  # self-contained: every figure inlined
+    assert "testhost" in html and "Test CPU" in html
+
+
+def test_report_cli_refuses_another_record_version(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps({"record_version": 0}) + "\n")
+    proc = run_bench("report", str(path), "--out", str(tmp_path / "r"), timeout=120)
+    assert proc.returncode == 2
+    assert "version-0 record; this suite reads version" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()

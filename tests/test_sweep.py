@@ -1,0 +1,94 @@
+"""The sweep: its plan, failed and timed-out configurations as rows, and resuming without redoing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.config import RunConfig
+from bench.records import read_records
+from bench.sweep import SweepConfig, plan
+from tests.conftest import run_bench
+
+
+def test_weak_scaling_grows_the_global_batch_and_strong_keeps_it(tmp_path: Path) -> None:
+    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    for scaling, expected in (("weak", [8, 16]), ("strong", [8, 8])):
+        sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling=scaling)
+        runs = [r for r in plan(sweep) if r.config.strategy == "ddp"]
+        assert [r.config.batch_size for r in runs] == expected
+        assert {r.config.scaling for r in runs} == {scaling}
+
+
+def test_plan_skips_what_cannot_run_and_says_why(tmp_path: Path) -> None:
+    base = RunConfig(preset="tiny", batch_size=3, out=str(tmp_path / "s.jsonl"))
+    sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling="strong")
+    runs = {(r.config.strategy, r.config.devices): r for r in plan(sweep)}
+    assert ("single", 2) not in runs  # the reference runs on one device only: not a point of the grid
+    assert runs[("single", 1)].skip_reason is None
+    assert "3 is not divisible by 2" in runs[("ddp", 2)].skip_reason
+
+
+def sweep_args(out: Path, *extra: str) -> list[str]:
+    return ["sweep", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1", "--warmup", "0",
+            "--out", str(out), *extra]  # fmt: skip
+
+
+def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.jsonl"
+    proc = run_bench(*sweep_args(out, "--models", "tests.faulty_models:raising,mlp"), env={"PYTHONPATH": "."})
+    assert proc.returncode == 0, proc.stderr
+    assert "1 ok, 1 failed" in proc.stdout
+    records, bad = read_records(out)
+    assert bad == [] and [(r["model"], r["status"]) for r in records] == [
+        ("tests.faulty_models:raising", "failed"), ("mlp", "ok")]  # fmt: skip
+    assert "injected fault in forward" in records[0]["reason"]
+
+    # A killed writer's torn line, then the same sweep again: it is reported, and nothing is redone.
+    with out.open("a") as f:
+        f.write('{"record_version": 1, "sta')
+    before = out.read_text()
+    again = run_bench(*sweep_args(out, "--models", "tests.faulty_models:raising,mlp"), env={"PYTHONPATH": "."})
+    assert again.returncode == 0 and "2 already done" in again.stdout
+    assert f"{out}:3 skipped: not valid JSON" in again.stderr
+    assert out.read_text() == before
+
+
+def test_a_stalled_configuration_times_out_as_a_row(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.jsonl"
+    start = time.monotonic()
+    proc = run_bench(*sweep_args(out, "--models", "tests.faulty_models:stalling", "--run-timeout-s", "10"),
+                     env={"PYTHONPATH": "."})  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    (row,) = read_records(out)[0]
+    assert row["status"] == "timeout" and row["reason"] == "no result within 10 s"
+    assert elapsed < 10 + 20  # the timeout, the kill's grace, and two interpreter start-ups
+
+
+def test_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    out = tmp_path / "sweep.jsonl"
+    assert main(["sweep", "--strategies", "single", "--models", "mlp,rnn", "--devices", "1,2", "--preset", "tiny",
+                 "--out", str(out), "--dry-run"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines] == [["single", "mlp", "x1", "run"], ["single", "rnn", "x1", "run"]]
+    assert not out.exists()
+
+
+def test_sweep_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    for args, message in (
+        (["--strategies", "single,warp"], "unknown strategy 'warp'"),
+        (["--devices", "0,2"], "--devices must list numbers of at least 1, got (0, 2)"),
+        (["--models", "gpt"], "unknown model 'gpt'"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sweep", "--out", str(tmp_path / "s.jsonl"), *args])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
