@@ -10,7 +10,7 @@ import sys
 import torch
 
 import models
-from bench import sweep
+from bench import sweep, verify
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, gpus_available, resolve
 from bench.environment import environment
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_parser(commands)
     sweep.add_parser(commands)
     report.add_parser(commands)
+    verify.add_parser(commands)
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out"))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_list()
     if args.command == "run":
         return cmd_run(args, argv)
+    if args.command == "verify":
+        return verify.main(args)
     if args.command == "report":
         return report.main(args)
     if args.command == "sweep":

@@ -37,9 +37,13 @@ def field_docs(cls: type) -> dict[str, str]:
 _TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float, "str | None": str}
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One ``--field-name`` option per dataclass field, typed and documented from the class."""
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (), defaults: dict | None = None
+) -> None:
+    """One ``--field-name`` option per dataclass field, typed and documented from the class;
+    ``defaults`` replaces the class's default of some fields for this command."""
     docs = field_docs(cls)
+    defaults = defaults or {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
@@ -48,7 +52,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple
         if f.type == "bool":
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
             continue
-        default = f.default if f.default is not dataclasses.MISSING else None
+        default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
         shown = "" if default is None else f" (default: {default})"
         parser.add_argument(flag, type=_TYPES[str(f.type)], default=default, help=help_text + shown)
 

@@ -50,6 +50,10 @@ class RunConfig:
     """JSON-lines file the run's record is appended to."""
     timeout_s: float = 300.0
     """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
+    save_checkpoint: str | None = None
+    """Write the trained model here, strategy-free (loads under any strategy)."""
+    load_checkpoint: str | None = None
+    """Start from this checkpoint instead of the seed's initial weights (written under any strategy)."""
     scaling: str | None = None
     """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
 
@@ -107,6 +111,10 @@ def resolve(config: RunConfig) -> RunConfig:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
     strategy.validate(gpus)
     _check_writable(Path(config.out))
+    if config.save_checkpoint:
+        _check_writable(Path(config.save_checkpoint), "--save-checkpoint")
+    if config.load_checkpoint:
+        _check_checkpoint(resolved)
     return resolved
 
 
@@ -152,12 +160,23 @@ def _default_batch_size(config: RunConfig) -> int:
         raise ConfigError(str(exc)) from None
 
 
-def _check_writable(path: Path) -> None:
+def _check_checkpoint(config: RunConfig) -> None:
+    from bench.checkpoint import CheckpointError, load_checkpoint
+
+    with torch.device("meta"):
+        name = models.build_model(config.model, config.preset, config.norm).name
+    try:
+        load_checkpoint(config.load_checkpoint, name, config.preset)
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_writable(path: Path, flag: str = "--out") -> None:
     folder = path.parent
     existing = folder
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {path}: cannot write in {existing}")
+        raise ConfigError(f"{flag} {path}: cannot write in {existing}")
     if path.exists() and (path.is_dir() or not os.access(path, os.W_OK)):
-        raise ConfigError(f"--out {path}: not a writable file")
+        raise ConfigError(f"{flag} {path}: not a writable file")

@@ -40,12 +40,24 @@ def torchrun_command(nproc: int, bench_args: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def launch_local(nproc: int, bench_args: list[str], accelerator: str) -> int:
-    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code."""
+def torchrun_env(nproc: int, accelerator: str) -> dict[str, str]:
     env = dict(os.environ)
     if accelerator == "cpu":
         # torchrun would set OMP_NUM_THREADS=1; N emulated devices share the cores instead.
         env["OMP_NUM_THREADS"] = str(threads_per_process(nproc))
+    return env
+
+
+def launch_local(nproc: int, bench_args: list[str], accelerator: str) -> int:
+    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code."""
     command = torchrun_command(nproc, bench_args)
     log.info("launching: %s", " ".join(command))
-    return subprocess.run(command, env=env, check=False).returncode
+    return subprocess.run(command, env=torchrun_env(nproc, accelerator), check=False).returncode
+
+
+def child_command(bench_args: list[str], per_device: bool, nproc: int, accelerator: str) -> tuple[list[str], dict]:
+    """The command (and environment) that runs ``bench_args`` in a fresh process: torchrun directly for
+    per-device strategies, sparing the sweep a ``bench`` process whose only job would be to start it."""
+    if per_device:
+        return torchrun_command(nproc, bench_args), torchrun_env(nproc, accelerator)
+    return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)

@@ -14,3 +14,5 @@ def configure_logging(verbose: bool = False) -> None:
         format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    # matplotlib narrates its axis-unit guesses at INFO; the report's own lines are what matter.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)

@@ -6,11 +6,14 @@ import logging
 import os
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 import models
+from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
 from bench.devices import peak_memory, reset_peak_memory, synchronize
 from models.data import RandomDataset, global_batches
@@ -64,11 +67,28 @@ def make_optimizer(config: RunConfig, model: torch.nn.Module) -> torch.optim.Opt
     return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
 
 
-def train(config: RunConfig, capture_state: bool = False) -> RunResult:
-    """Runs ``config`` (already resolved) on this process and returns every rank's figures.
+@dataclass
+class PreparedRun:
+    """Everything a timed loop needs, set up on this process."""
 
-    With ``capture_state`` the result also holds this process's trained parameters, as the
-    equivalence checks compare them with the single-device reference's."""
+    strategy: Strategy
+    topology: Topology
+    spec: models.ModelSpec
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    dataset: RandomDataset
+    flops_per_sample: int | None
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """One optimizer step on this process's shard, with the devices synchronized after it."""
+        loss = self.strategy.train_step(self.model, inputs, targets, self.spec.loss_fn, self.optimizer)
+        synchronize(self.topology.devices)
+        return loss
+
+
+@contextmanager
+def prepared_run(config: RunConfig) -> Iterator[PreparedRun]:
+    """Sets up ``config`` (already resolved) on this process; tears the strategy down on exit."""
     strategy = get_strategy(config)
     topo = topology_for(strategy, config)
     if topo.devices[0].type == "cuda":
@@ -81,25 +101,50 @@ def train(config: RunConfig, capture_state: bool = False) -> RunResult:
         # the equivalence checks.
         torch.manual_seed(config.seed)
         spec = models.build_model(config.model, config.preset, config.norm)
+        if config.load_checkpoint:
+            spec.blocks.load_state_dict(load_checkpoint(config.load_checkpoint, spec.name, config.preset))
         flops = train_flops_per_sample(spec) if topo.rank == 0 else None
         model = strategy.prepare(spec, topo)
         optimizer = make_optimizer(config, model)
         dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
-        stats = _timed_steps(strategy, config, topo, model, optimizer, spec.loss_fn, dataset)
-        stats.strategy_fields = strategy.rank_fields()
-        ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
-        state = None
-        if capture_state:
-            state = {k: v.detach().to("cpu", copy=True) for k, v in strategy.model_state(model).items()}
-        return RunResult(topo, ranks, flops, strategy.record_fields([r.strategy_fields for r in ranks]), state)
+        yield PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
     finally:
         strategy.teardown()
 
 
-def _timed_steps(strategy, config, topo, model, optimizer, loss_fn, dataset) -> RankStats:  # noqa: ANN001
+def train(config: RunConfig, capture_state: bool = False) -> RunResult:
+    """Runs ``config`` (already resolved) on this process and returns every rank's figures.
+
+    With ``capture_state`` the result also holds this process's trained parameters, as the
+    equivalence checks compare them with the single-device reference's."""
+    with prepared_run(config) as run:
+        stats = _timed_steps(run, config)
+        stats.strategy_fields = run.strategy.rank_fields()
+        ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
+        state = None
+        if capture_state or config.save_checkpoint:
+            state = {k: v.detach().to("cpu", copy=True) for k, v in run.strategy.model_state(run.model).items()}
+        if config.save_checkpoint:
+            _save_merged(config, run, state)
+        fields = run.strategy.record_fields([r.strategy_fields for r in ranks])
+        return RunResult(run.topology, ranks, run.flops_per_sample, fields, state)
+
+
+def _save_merged(config: RunConfig, run: PreparedRun, state: dict[str, torch.Tensor]) -> None:
+    """Rank 0 writes the whole model: replicas agree, and pipeline stages add up to it."""
+    merged: dict[str, torch.Tensor] = {}
+    for part in gather_objects(state):
+        merged.update(part)  # type: ignore[arg-type]
+    if run.topology.rank == 0:
+        ordered = {k: merged[k] for k in run.spec.blocks.state_dict()}  # the model's own key order
+        save_checkpoint(config.save_checkpoint, ordered, run.spec.name, config.preset, config.strategy)
+
+
+def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
+    strategy, topo = run.strategy, run.topology
     stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
     reset_peak_memory(topo.devices)
-    batches = global_batches(dataset, config.batch_size, config.warmup + config.steps)
+    batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
     fault = _fault_for(topo.rank)
     for step, (inputs, targets) in enumerate(batches):
         if fault is not None and fault[0] == step:
@@ -109,8 +154,7 @@ def _timed_steps(strategy, config, topo, model, optimizer, loss_fn, dataset) -> 
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
         synchronize(topo.devices)
         start = time.perf_counter()
-        loss = strategy.train_step(model, inputs, targets, loss_fn, optimizer)
-        synchronize(topo.devices)
+        loss = run.step(inputs, targets)
         elapsed = time.perf_counter() - start
         stats.losses.append(None if loss is None else float(loss))
         if step >= config.warmup:

@@ -27,8 +27,9 @@ import models
 from bench.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
 from bench.config import SCALINGS, RunConfig, gpus_available, resolve
 from bench.environment import environment
+from bench.launch import child_command
 from bench.records import RECORD_VERSION, RecordError, append_record, read_records
-from strategies import STRATEGIES, ConfigError
+from strategies import STRATEGIES, ConfigError, Launch
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,13 @@ def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> 
 
 def run_child(config: RunConfig, timeout_s: float) -> tuple[str, str, float]:
     """``bench run`` for one configuration in a fresh process group; (status, reason, seconds)."""
-    command = [sys.executable, "-m", "bench", "run", *config_to_argv(config)]
+    per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
+    command, env = child_command(["run", *config_to_argv(config)], per_device, config.devices, config.accelerator)
     start = time.monotonic()
     # A new session, so that a timeout or Ctrl-C can end the child and every torchrun worker under it.
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+    )
     try:
         _, stderr = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -254,8 +258,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--run-timeout-s", type=float, default=600.0, help="limit per configuration (default: 600)")
     parser.add_argument("--force", action="store_true", help="redo configurations that already have a row")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the skip reasons, run nothing")
-    add_config_arguments(parser, RunConfig, skip=SWEPT_FIELDS)
-    parser.set_defaults(out="results/sweep.jsonl")
+    # Fewer steps than a single run: a sweep's cost is mostly process start-up, and 6 timed steps
+    # after 2 warm-up ones already give a stable median on every preset.
+    add_config_arguments(parser, RunConfig, skip=SWEPT_FIELDS,
+                         defaults={"out": "results/sweep.jsonl", "steps": 6, "warmup": 2})  # fmt: skip
 
 
 # Fields that the sweep sets per point rather than taking from the command line.

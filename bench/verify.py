@@ -85,7 +85,10 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                     continue
                 records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
                 param_diff, loss_diff, passed = compare(got, want, records)
-                row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed)
+                ran = records[run_key(got.as_dict())]
+                row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed, emulated=ran["emulated"])
+                if ran["device_count"] != devices:  # nn.DataParallel without GPUs: a pass-through
+                    row["reason"] = f"ran on {ran['device_count']} device(s), not {devices}"
     return rows
 
 

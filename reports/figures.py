@@ -68,6 +68,7 @@ def throughput(runs: pd.DataFrame, baseline: pd.DataFrame, out: Path) -> Path | 
             one = float(base["samples_per_s"].iloc[0])
             ax.plot(xs, [one * x for x in xs], linestyle="--", color="grey", label="ideal linear")
     _log2_axes(grid)
+    grid.set_titles("{col_name}")
     grid.set_axis_labels("devices", "samples/s")
     grid.add_legend(title="strategy (dashed: ideal linear from single)")
     return _finish(grid.figure, "Throughput vs devices (error bars: step-time IQR)", runs,
@@ -100,6 +101,7 @@ def memory(runs: pd.DataFrame, out: Path) -> Path | None:
     sources = ", ".join(sorted(runs["peak_mem_source"].unique()))
     grid = sns.catplot(data=runs, x="devices", y="peak_mem_mib_per_device", hue="variant", col="panel", kind="bar",
                        sharey=False, height=3.4, errorbar=None)  # fmt: skip
+    grid.set_titles("{col_name}")
     grid.set_axis_labels("devices", "peak memory per device (MiB)")
     return _finish(grid.figure, f"Peak memory per device (measured as {sources})", runs,
                    out / "memory.png")  # fmt: skip
@@ -111,6 +113,7 @@ def throughput_vs_memory(runs: pd.DataFrame, out: Path) -> Path | None:
         return None
     grid = sns.relplot(data=runs, x="peak_mem_mib_per_device", y="samples_per_s", hue="variant", style="devices",
                        col="panel", s=80, height=3.4, facet_kws={"sharex": False, "sharey": False})  # fmt: skip
+    grid.set_titles("{col_name}")
     grid.set_axis_labels("peak memory per device (MiB)", "samples/s")
     return _finish(grid.figure, "Throughput vs memory", runs, out / "throughput_vs_memory.png")
 
@@ -164,5 +167,5 @@ def timeline(events: list[dict[str, object]], title: str, run: pd.DataFrame, out
     ax.invert_yaxis()
     ax.set_xlabel("ms since the step started")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds]
-    ax.legend(handles, [names[k] for k in kinds], loc="upper right", fontsize=8)
+    ax.legend(handles, [names[k] for k in kinds], loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     return _finish(fig, title, run, out / "pipeline_timeline.png")

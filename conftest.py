@@ -1,0 +1,43 @@
+"""``pytest --benchmark``: the strategy x model x device-count matrix, timed by pytest-benchmark.
+
+pytest-benchmark has no bare ``--benchmark`` flag; this adds it. Without it, every benchmark
+case runs once as a smoke test (pytest-benchmark's ``--benchmark-disable``), so plain ``pytest``
+stays fast; multi-process cases are skipped then, with the reason, since the equivalence
+tests already run those strategies. pytest-benchmark's own flags (``--benchmark-json``,
+``--benchmark-autosave``, ``--benchmark-compare``, ``--benchmark-columns``, ...) keep working.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("parallelism suite benchmarks")
+    group.addoption("--benchmark", action="store_true", help="run the benchmark matrix with real timing")
+    group.addoption("--bench-strategies", default=None, help="comma-separated (default: every registered strategy)")
+    group.addoption("--bench-models", default="mlp,cnn,rnn", help="comma-separated (default: mlp,cnn,rnn)")
+    group.addoption("--bench-preset", default=None, help="model size (default: large on GPUs, tiny on CPU)")
+    group.addoption("--bench-devices", default=None, help="device counts, e.g. 1,2 (default: 1, 2, 4 ... present)")
+    group.addoption("--bench-steps", type=int, default=10, help="timed rounds per case (default: 10)")
+    group.addoption("--bench-warmup", type=int, default=3, help="untimed warm-up rounds per case (default: 3)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark reads its options (its own hook runs last)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("--benchmark"):
+        config.option.benchmark_disable = True
+        return
+    if config.getoption("dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"):
+        raise pytest.UsageError(
+            "--benchmark times one configuration at a time on the whole machine; run it without xdist (-n/--dist)"
+        )
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """GPU names, count and topology, and the torch/CUDA/NCCL versions, next to pytest-benchmark's CPU info."""
+    from bench.environment import environment
+
+    machine_info["parallelism_suite"] = environment()

@@ -1,0 +1,95 @@
+"""Benchmarks of every strategy x model x device count, timed by pytest-benchmark.
+
+In-process strategies are timed step by step inside this process (``test_step``). Strategies
+with one process per device run under torchrun from the test (``test_torchrun_launch``): the
+fixture then times the whole launch, once, and the per-step figures come from the run's own
+record in ``extra_info``. Every case's ``extra_info['record']`` is a full run record, which
+``python -m bench report`` reads from the ``--benchmark-json`` file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.cli_args import config_to_argv
+from bench.config import resolve
+from bench.environment import environment
+from bench.launch import child_command
+from bench.records import build_record, read_records
+from bench.runner import RankStats, RunResult, prepared_run
+from models.data import global_batches
+from strategies import ConfigError
+from tests.benchmarks.conftest import Case, base_config
+
+EXTRA_FIELDS = ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "peak_mem_bytes", "peak_mem_source",
+                "device_count", "processes", "emulated", "mfu")  # fmt: skip
+
+
+def _resolved(case: Case, steps: int, warmup: int, out: Path):  # noqa: ANN202
+    try:
+        return resolve(base_config(case, steps, warmup, str(out)))
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+
+
+def _finish(benchmark, case: Case, record: dict, single_throughput: dict) -> None:  # noqa: ANN001
+    key = (case.model, case.preset)
+    if case.strategy == "single":
+        single_throughput[key] = record["samples_per_s"]
+    base = single_throughput.get(key)
+    efficiency = record["samples_per_s"] / (base * record["device_count"]) if base else None
+    benchmark.extra_info.update({k: record[k] for k in EXTRA_FIELDS}, scaling_efficiency=efficiency, record=record)
+
+
+def test_step(benchmark, case: Case, bench_options: dict, single_throughput: dict, tmp_path: Path) -> None:  # noqa: ANN001
+    """Times one optimizer step (forward, backward, optimizer, devices synchronized) of an in-process strategy."""
+    steps, warmup = (bench_options["steps"], bench_options["warmup"]) if bench_options["enabled"] else (1, 0)
+    config = _resolved(case, steps, warmup, tmp_path / "r.jsonl")
+    losses: list[float] = []
+    with prepared_run(config) as run:
+        shards = itertools.cycle(
+            [run.strategy.shard_batch(x, y, run.topology) for x, y in global_batches(run.dataset, config.batch_size, 4)]
+        )
+
+        def next_shard() -> tuple[tuple, dict]:  # outside the clock, like the runner's sharding
+            return next(shards), {}
+
+        def step(inputs, targets) -> None:  # noqa: ANN001
+            loss = run.step(inputs, targets)
+            losses.append(float(loss))
+
+        benchmark.group = f"{case.model}/{case.preset}"  # read when the timing starts
+        benchmark.pedantic(step, setup=next_shard, rounds=steps, warmup_rounds=warmup, iterations=1)
+        from bench.devices import peak_memory
+
+        stats = RankStats(rank=0, threads=0, losses=losses)
+        stats.step_times_s = list(benchmark.stats.stats.data) if benchmark.stats else []
+        stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(run.topology.devices)
+        stats.strategy_fields = run.strategy.rank_fields()
+        result = RunResult(run.topology, [stats], run.flops_per_sample,
+                           run.strategy.record_fields([stats.strategy_fields]))  # fmt: skip
+    assert len(losses) == steps + warmup and all(loss == loss for loss in losses)  # trained, no NaN
+    if stats.step_times_s:
+        _finish(benchmark, case, build_record(config, result, environment()), single_throughput)
+
+
+def test_torchrun_launch(benchmark, case: Case, bench_options: dict, single_throughput: dict, tmp_path: Path) -> None:  # noqa: ANN001
+    """Times a whole torchrun launch of a one-process-per-device strategy; per-step figures in extra_info."""
+    if not bench_options["enabled"]:
+        pytest.skip("multi-process launches run with --benchmark; tests/test_ddp.py and test_pipeline.py check them")
+    out = tmp_path / "r.jsonl"
+    config = _resolved(case, bench_options["steps"], bench_options["warmup"], out)
+    command, env = child_command(["run", *config_to_argv(config)], True, config.devices, config.accelerator)
+
+    def launch() -> None:
+        subprocess.run(command, env=env, check=True, capture_output=True, timeout=config.timeout_s + 120)
+
+    benchmark.group = f"{case.model}/{case.preset}"  # read when the timing starts
+    benchmark.pedantic(launch, rounds=1, iterations=1)
+    (record,) = read_records(out)[0]
+    assert record["status"] == "ok" and record["processes"] == case.devices
+    _finish(benchmark, case, record, single_throughput)

@@ -1,0 +1,65 @@
+"""The CPU tests' bodies on CUDA devices; skipped, with the reason, where the GPUs are missing."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.config import RunConfig, resolve
+from bench.records import read_records
+from bench.runner import global_losses, train
+from tests.conftest import run_bench
+from tests.equivalence import assert_matches_reference, reference
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+needs_gpu = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+needs_2_gpus = pytest.mark.skipif(GPUS < 2, reason="needs 2 CUDA devices")
+pytestmark = pytest.mark.gpu
+
+
+@needs_gpu
+def test_a_gpu_run_records_the_allocator_peak_and_mfu(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    proc = run_bench("run", "--accelerator", "cuda", "--model", "cnn", "--preset", "tiny", "--steps", "3",
+                     "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (record,) = read_records(out)[0]
+    assert record["accelerator"] == "cuda" and record["emulated"] is False
+    assert record["peak_mem_source"] == "cuda_max_memory_allocated" and record["peak_mem_bytes"][0] > 0
+    assert record["env"]["gpu_count"] == GPUS and record["env"]["cuda"]
+    name = torch.cuda.get_device_name(0)
+    if any(key in name for key in ("H100", "H200", "A100")):
+        assert 0 < record["mfu"] < 1
+
+
+@needs_gpu
+def test_single_on_the_gpu_trains_like_single_on_the_cpu(tmp_path: Path) -> None:
+    config = RunConfig(model="mlp", preset="tiny", steps=3, warmup=0, out=str(tmp_path / "r.jsonl"))
+    cpu = global_losses(train(resolve(dataclasses.replace(config, accelerator="cpu"))).ranks)
+    gpu = global_losses(train(resolve(dataclasses.replace(config, accelerator="cuda"))).ranks)
+    torch.testing.assert_close(torch.tensor(gpu), torch.tensor(cpu), rtol=1e-4, atol=1e-5)
+
+
+@needs_2_gpus
+@pytest.mark.parametrize("microbatches", [1, 4])
+def test_mp_across_two_gpus_trains_like_one(microbatches: int, tmp_path: Path) -> None:
+    config = resolve(RunConfig(strategy="mp", model="cnn", preset="tiny", norm="group", devices=2, steps=3,
+                               warmup=0, microbatches=microbatches, accelerator="cuda",
+                               out=str(tmp_path / "r.jsonl")))  # fmt: skip
+    result = train(config, capture_state=True)
+    assert_matches_reference(global_losses(result.ranks), result.model_state, reference(config))
+
+
+@needs_2_gpus
+@pytest.mark.parametrize("strategy", ["ddp", "pp", "dp"])
+def test_multi_gpu_strategies_run_end_to_end(strategy: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    microbatches = "4" if strategy == "pp" else "1"
+    proc = run_bench("run", "--strategy", strategy, "--devices", "2", "--accelerator", "cuda", "--model", "mlp",
+                     "--preset", "tiny", "--microbatches", microbatches, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (record,) = read_records(out)[0]
+    assert record["device_count"] == 2 and record["emulated"] is False
