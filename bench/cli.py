@@ -13,15 +13,17 @@ import models
 from bench import sweep, verify
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, gpus_available, resolve
+from bench.devices import peak_memory
 from bench.environment import environment
 from bench.explain import add_explain_parser, cmd_explain
 from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, pp_vs_mp, single_vs_plain_loop
 from bench.launch import launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
-from bench.records import append_record, build_record
+from bench.records import append_record, build_record, failure_record
 from bench.runner import train
 from reports import build as report
 from strategies import STRATEGIES, ConfigError, Launch, get_strategy
+from strategies.base import devices_for
 
 log = logging.getLogger("bench")
 
@@ -85,16 +87,31 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         fail("bench run", str(exc))
     strategy = get_strategy(config)
     if strategy.launch is Launch.PER_DEVICE and not under_torchrun():
-        return launch_local(config.devices, argv, config.accelerator)
+        return launch_local(config.devices, argv, config.accelerator, config.max_restarts)
     if under_torchrun() and config.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
-    result = train(config)
+    try:
+        result = train(config)
+    except torch.OutOfMemoryError as exc:
+        return _out_of_memory(config, exc)
     if result.topology.rank != 0:
         return 0
     record = build_record(config, result, environment())
     append_record(config.out, record)
     print(summary_line(record) + f"  -> {config.out}")
     return 0
+
+
+def _out_of_memory(config: RunConfig, exc: BaseException) -> int:
+    """An ``oom`` row with this process's memory figures, one line on stderr, exit code 3."""
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    devices = devices_for(config.accelerator, 1, first=local) if under_torchrun() else devices_for(
+        config.accelerator, config.devices)  # fmt: skip
+    reason = f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    append_record(config.out, failure_record(config, "oom", reason, environment(), peak_mem=peak_memory(devices)))
+    print(f"bench run: out of memory on rank {rank}: {exc}", file=sys.stderr)
+    return 3
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:

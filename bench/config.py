@@ -50,6 +50,10 @@ class RunConfig:
     """JSON-lines file the run's record is appended to."""
     timeout_s: float = 300.0
     """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
+    max_restarts: int = 0
+    """torchrun restarts after a failure (0 for benchmarks: a restart would be timed)."""
+    deterministic: bool = False
+    """Deterministic algorithms, TF32 off, seeds everywhere: bit-identical reruns, slower kernels."""
     save_checkpoint: str | None = None
     """Write the trained model here, strategy-free (loads under any strategy)."""
     load_checkpoint: str | None = None
@@ -66,6 +70,10 @@ class RunConfig:
     """Pipeline schedule (pp, hybrid); `python -m bench list` shows those this torch offers."""
     stages_per_rank: int = 1
     """Pipeline stages per rank, for interleaved schedules (v)."""
+    dp: int | None = None
+    """hybrid: data-parallel replicas (default: devices // pp)."""
+    pp: int | None = None
+    """hybrid: pipeline ranks per replica (default: devices // dp, or 2 when --dp is not given either)."""
 
     # DistributedDataParallel knobs (ddp, hybrid).
     bucket_cap_mb: float = 25.0
@@ -138,12 +146,13 @@ def _check_choices(config: RunConfig) -> None:
 
 
 def _check_numbers(config: RunConfig) -> None:
-    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank"):
+    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank", "dp", "pp"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    if config.warmup < 0:
-        raise ConfigError(f"--warmup must be 0 or more, got {config.warmup}")
+    for name in ("warmup", "max_restarts"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(config, name)}")
     for name in ("lr", "timeout_s", "bucket_cap_mb"):
         value = getattr(config, name)
         if not value > 0:

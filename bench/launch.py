@@ -28,14 +28,14 @@ def threads_per_process(processes: int) -> int:
     return max(1, (os.cpu_count() or 1) // processes)
 
 
-def torchrun_command(nproc: int, bench_args: list[str]) -> list[str]:
+def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -> list[str]:
     """The standalone (single-node) torchrun command that re-runs ``bench_args`` on ``nproc`` workers.
 
-    ``--max-restarts 0``: a benchmark that silently restarts would time the restart.
+    ``--max-restarts 0`` by default: a benchmark that silently restarts would time the restart.
     """
     return [
         sys.executable, "-m", "torch.distributed.run",
-        "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
+        "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
         "-m", "bench", *bench_args,
     ]  # fmt: skip
 
@@ -48,16 +48,18 @@ def torchrun_env(nproc: int, accelerator: str) -> dict[str, str]:
     return env
 
 
-def launch_local(nproc: int, bench_args: list[str], accelerator: str) -> int:
+def launch_local(nproc: int, bench_args: list[str], accelerator: str, max_restarts: int = 0) -> int:
     """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code."""
-    command = torchrun_command(nproc, bench_args)
+    command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
     return subprocess.run(command, env=torchrun_env(nproc, accelerator), check=False).returncode
 
 
-def child_command(bench_args: list[str], per_device: bool, nproc: int, accelerator: str) -> tuple[list[str], dict]:
+def child_command(
+    bench_args: list[str], per_device: bool, nproc: int, accelerator: str, max_restarts: int = 0
+) -> tuple[list[str], dict]:
     """The command (and environment) that runs ``bench_args`` in a fresh process: torchrun directly for
     per-device strategies, sparing the sweep a ``bench`` process whose only job would be to start it."""
     if per_device:
-        return torchrun_command(nproc, bench_args), torchrun_env(nproc, accelerator)
+        return torchrun_command(nproc, bench_args, max_restarts), torchrun_env(nproc, accelerator)
     return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)

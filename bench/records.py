@@ -135,5 +135,38 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "peak_flops_per_s_per_device": peak,
         "mfu": achieved / (peak * topo.device_count) if achieved and peak else None,
         "strategy_fields": result.strategy_fields,
+        "deterministic": config.deterministic,
+        # torchrun counts its restarts; each worker of the final attempt sees the count.
+        "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         "env": env,
     }
+
+
+def failure_record(
+    config: RunConfig,
+    status: str,
+    reason: str,
+    env: dict[str, object],
+    duration_s: float = 0.0,
+    peak_mem: tuple[list[int], str] | None = None,
+) -> dict[str, object]:
+    """The row of a configuration that measured nothing: ``skipped``, ``failed``, ``timeout`` or ``oom``."""
+    row = {
+        "record_version": RECORD_VERSION,
+        "status": status,
+        "reason": reason,
+        "duration_s": duration_s,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "strategy": config.strategy,
+        "model": config.model,
+        "preset": config.preset,
+        "accelerator": config.accelerator,
+        "device_count": config.devices,
+        "global_batch_size": config.batch_size,
+        "emulated": config.accelerator == "cpu" and config.devices > 1,
+        "config": config.as_dict(),
+        "env": env,
+    }
+    if peak_mem is not None:
+        row["peak_mem_bytes"], row["peak_mem_source"] = peak_mem
+    return row

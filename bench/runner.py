@@ -16,6 +16,7 @@ import models
 from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
 from bench.devices import peak_memory, reset_peak_memory, synchronize
+from bench.faults import fault_for
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, get_strategy
@@ -95,6 +96,8 @@ def prepared_run(config: RunConfig) -> Iterator[PreparedRun]:
         # fp32 means fp32: the MFU peak for fp32 assumes no TF32 tensor-core maths.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+    if config.deterministic:
+        make_deterministic()
     strategy.setup(topo)
     try:
         # Same seed, same initial weights on every rank and in every strategy: the basis of
@@ -110,6 +113,18 @@ def prepared_run(config: RunConfig) -> Iterator[PreparedRun]:
         yield PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
     finally:
         strategy.teardown()
+
+
+def make_deterministic() -> None:
+    """Same command, same bits: deterministic kernels (an error where none exists), no autotuning.
+
+    cuBLAS needs its workspace fixed before its first call for deterministic matmuls. Seeds are
+    set from --seed for the weights and the data in any case.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
 
 
 def train(config: RunConfig, capture_state: bool = False) -> RunResult:
@@ -145,10 +160,10 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
     reset_peak_memory(topo.devices)
     batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
-    fault = _fault_for(topo.rank)
+    fault = fault_for(topo.rank)
     for step, (inputs, targets) in enumerate(batches):
-        if fault is not None and fault[0] == step:
-            _fail(topo.rank, step, fault[1])
+        if fault is not None and fault.step == step:
+            fault.trigger(topo.rank)
         # Moving this process's shard to its devices stays outside the clock: the suite times
         # the strategies, not the input pipeline.
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
@@ -163,25 +178,6 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
             log.debug("step %d: %.1f ms", step, elapsed * 1e3)
     stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(topo.devices)
     return stats
-
-
-FAULT_VARIABLE = "BENCH_FAULT"
-"""``rank:step:raise`` or ``rank:step:exit``: that rank fails at that step (tests of crash handling)."""
-
-
-def _fault_for(rank: int) -> tuple[int, str] | None:
-    """The step and action at which this rank must fail, read once before the clock starts."""
-    spec = os.environ.get(FAULT_VARIABLE)
-    if not spec:
-        return None
-    fault_rank, step, action = spec.split(":")
-    return (int(step), action) if int(fault_rank) == rank else None
-
-
-def _fail(rank: int, step: int, action: str) -> None:
-    if action == "exit":  # a hard crash: no exception, no clean-up, as when a process is killed
-        os._exit(17)
-    raise RuntimeError(f"{FAULT_VARIABLE}: rank {rank} fails at step {step} as asked")
 
 
 def step_times_ms(ranks: list[RankStats]) -> list[float]:

@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from bench.cli_args import add_config_arguments, comma_list, config_from_args, c
 from bench.config import SCALINGS, RunConfig, gpus_available, resolve
 from bench.environment import environment
 from bench.launch import child_command
-from bench.records import RECORD_VERSION, RecordError, append_record, read_records
+from bench.records import RecordError, append_record, failure_record, read_records
 from strategies import STRATEGIES, ConfigError, Launch
 
 log = logging.getLogger(__name__)
@@ -149,22 +150,34 @@ def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> 
     for run in runs:
         # Skipped points get a row too, so that the report lists them with the reason.
         if run.skip_reason is not None and (force or run_key(run.config.as_dict()) not in done):
-            append_record(out, failure_row(run.config, "skipped", run.skip_reason, 0.0))
+            append_record(out, failure_record(run.config, "skipped", run.skip_reason, environment()))
     bar = tqdm(todo, desc="sweep", unit="config", file=sys.stderr, dynamic_ncols=True)
     for run in bar:
         bar.set_postfix_str(run.label)
+        key = run_key(run.config.as_dict())
+        rows_before = _rows_for(out, key)
         status, reason, seconds = run_child(run.config, sweep.run_timeout_s)
         counts[status] += 1
         if status != "ok":
             log.warning("%s: %s: %s", run.label, status, reason)
-            append_record(out, failure_row(run.config, status, reason, seconds))
+            # A child that ran out of memory wrote its own row, with its memory figures.
+            if _rows_for(out, key) == rows_before:
+                append_record(out, failure_record(run.config, status, reason, environment(), duration_s=seconds))
     return counts
+
+
+def _rows_for(out: Path, key: str) -> int:
+    if not out.exists():
+        return 0
+    return sum(run_key(r["config"]) == key for r in read_records(out)[0] if isinstance(r.get("config"), dict))
 
 
 def run_child(config: RunConfig, timeout_s: float) -> tuple[str, str, float]:
     """``bench run`` for one configuration in a fresh process group; (status, reason, seconds)."""
     per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
-    command, env = child_command(["run", *config_to_argv(config)], per_device, config.devices, config.accelerator)
+    command, env = child_command(
+        ["run", *config_to_argv(config)], per_device, config.devices, config.accelerator, config.max_restarts
+    )
     start = time.monotonic()
     # A new session, so that a timeout or Ctrl-C can end the child and every torchrun worker under it.
     child = subprocess.Popen(
@@ -181,8 +194,16 @@ def run_child(config: RunConfig, timeout_s: float) -> tuple[str, str, float]:
     seconds = time.monotonic() - start
     if child.returncode == 0:
         return "ok", "", seconds
-    status = "oom" if "OutOfMemoryError" in stderr or "out of memory" in stderr else "failed"
-    return status, _reason(stderr, child.returncode), seconds
+    return _classify(stderr), _reason(stderr, child.returncode), seconds
+
+
+def _classify(stderr: str) -> str:
+    """oom, timeout (a collective that waited out --timeout-s for a stalled peer) or failed."""
+    if "OutOfMemoryError" in stderr or "out of memory" in stderr:
+        return "oom"
+    if "Timed out" in stderr or "timed out" in stderr or "DistNetworkError" in stderr:
+        return "timeout"
+    return "failed"
 
 
 def _kill_group(child: subprocess.Popen) -> None:
@@ -199,31 +220,21 @@ def _kill_group(child: subprocess.Popen) -> None:
 
 
 def _reason(stderr: str, returncode: int) -> str:
-    """The most telling line of a failed child's stderr: its last error line, else its last line."""
+    """The most telling line of a failed child's stderr, with the failing rank where torchrun names it.
+
+    torchrun prints the workers' tracebacks (lines prefixed ``[rankN]:``) and then its own
+    ChildFailedError summary; the first worker exception is the cause, the rest are its echoes
+    (peers that lost their connection, the launcher giving up).
+    """
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "error:" in line]
-    text = (errors or lines or [f"exit code {returncode}"])[-1]
-    return text[:500]
-
-
-def failure_row(config: RunConfig, status: str, reason: str, seconds: float) -> dict[str, object]:
-    """The row of a configuration that produced no record of its own."""
-    return {
-        "record_version": RECORD_VERSION,
-        "status": status,
-        "reason": reason,
-        "duration_s": seconds,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "strategy": config.strategy,
-        "model": config.model,
-        "preset": config.preset,
-        "accelerator": config.accelerator,
-        "device_count": config.devices,
-        "global_batch_size": config.batch_size,
-        "emulated": config.accelerator == "cpu" and config.devices > 1,
-        "config": config.as_dict(),
-        "env": environment(),
-    }
+    rank_error = re.compile(r"^\[rank(\d+)\]:\s*(\w+(Error|Exception)\b.*)$")
+    for line in lines:
+        match = rank_error.match(line)
+        if match and "Connection closed by peer" not in line:
+            return f"rank {match.group(1)}: {match.group(2)}"[:500]
+    errors = [line for line in lines if re.match(r"^\w+(Error|Exception)\b", line) and "ChildFailedError" not in line]
+    errors = errors or [line for line in lines if "error:" in line or "Error" in line]
+    return (errors or lines or [f"exit code {returncode}"])[-1][:500]
 
 
 def default_device_counts(accelerator: str) -> tuple[int, ...]:

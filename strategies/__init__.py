@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from strategies.base import ConfigError, Launch, Strategy, Topology
 from strategies.data_parallel import DataParallelStrategy
 from strategies.ddp import DistributedDataParallelStrategy
+from strategies.hybrid import HybridStrategy
 from strategies.model_parallel import ModelParallelStrategy
 from strategies.pipeline import PipelineStrategy
 from strategies.single import SingleDevice
@@ -22,6 +23,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
         DistributedDataParallelStrategy,
         ModelParallelStrategy,
         PipelineStrategy,
+        HybridStrategy,
     )
 }
 

@@ -96,3 +96,31 @@ def gather_objects(obj: object) -> list[object]:
     gathered: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, obj)
     return gathered
+
+
+def device_mesh(device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> object:
+    """A DeviceMesh over the default group: ranks laid out row-major over ``shape`` (the last
+    dimension innermost), with a sub-group along each named dimension."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def all_reduce_mean(tensors: list[torch.Tensor], group: object) -> None:
+    """Averages ``tensors`` (one dtype, one device) in place over ``group`` with one collective.
+
+    SUM then divide rather than ReduceOp.AVG, which gloo lacks."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    flat = _flatten_dense_tensors(tensors)
+    dist.all_reduce(flat, group=group)  # type: ignore[arg-type]
+    flat.div_(dist.get_world_size(group))  # type: ignore[arg-type]
+    for tensor, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors), strict=True):
+        tensor.copy_(reduced)
+
+
+def broadcast_from_first(tensors: list[torch.Tensor], group: object) -> None:
+    """Overwrites ``tensors`` with the first rank of ``group``'s (one collective per tensor)."""
+    source = dist.get_global_rank(group, 0)  # type: ignore[arg-type]
+    for tensor in tensors:
+        dist.broadcast(tensor, src=source, group=group)  # type: ignore[arg-type]

@@ -23,7 +23,8 @@ the last stage (None elsewhere). tests/test_pipeline.py checks both against ``si
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -58,6 +59,9 @@ from strategies.timing import (
     rank_timing_fields,
     synchronize,
 )
+
+if TYPE_CHECKING:
+    from bench.config import RunConfig
 
 
 def check_p2p_backend(device_type: str, backend: str) -> None:
@@ -147,6 +151,115 @@ class PipelinePart(nn.Module):
         }
 
 
+def check_pipeline(config: RunConfig, ranks: int) -> None:
+    """pp's checks for a ``ranks``-rank pipeline fed ``config.batch_size`` samples, as one-line ConfigErrors."""
+    c = config
+    try:
+        info = schedule_info(c.schedule, available_schedules())
+        check_schedule(info, ranks, c.stages_per_rank, c.microbatches)
+        check_p2p_backend(c.accelerator, planned_backend(c.accelerator))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    check_split(c, ranks * c.stages_per_rank)
+
+
+@dataclass
+class Pipeline:
+    """One rank's share of a pipeline: its stages, the schedule that drives them, and their timings."""
+
+    part: PipelinePart
+    schedule: Any
+    stages: list[int]
+    """Global indices of this rank's stages."""
+    balance: list[int]
+    """Blocks per stage, the same on every rank."""
+    timer: StepTimer
+    log: StepLog
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.stages
+
+    @property
+    def has_last(self) -> bool:
+        return len(self.balance) - 1 in self.stages
+
+
+def build_pipeline(
+    config: RunConfig, spec: ModelSpec, rank: int, ranks: int, device: torch.device, group: Any = None
+) -> Pipeline:
+    """``rank``'s stages of a ``ranks``-rank pipeline over ``group`` (None: the whole world), and its schedule.
+
+    ``rank`` counts within ``group``; ``config.batch_size`` is the batch this pipeline is fed.
+    Every process of the run must call this: they agree on one balance (see below).
+    """
+    c = config
+    info = schedule_info(c.schedule, available_schedules())
+    total = ranks * c.stages_per_rank
+    # Every rank must cut at the same blocks: with --balance time each rank profiles, and
+    # rank 0's answer is the one all use.
+    balance = gather_objects(stage_balance(c.balance, spec, total, c.batch_size // c.microbatches, device))[0]
+    starts = [sum(balance[:s]) for s in range(total)]
+    mine = stages_of_rank(rank, ranks, c.stages_per_rank, info.v_shape)
+    pieces = split_sequential(spec.blocks, balance)
+    modules = [pieces[s].to(device) for s in mine]
+    timer = StepTimer()
+    stage_class = timed_stage_class()
+    stages = []
+    for s, module in zip(mine, modules, strict=True):
+        stage = stage_class(Contiguous(module), s, total, device, group=group)
+        stage.timer = timer
+        stages.append(stage)
+    import torch.distributed.pipelining as pipelining
+
+    schedule_class = getattr(pipelining, info.torch_class)
+    schedule = schedule_class(
+        stages if info.multi_stage else stages[0], c.microbatches, loss_fn=spec.loss_fn, scale_grads=True
+    )
+    part = PipelinePart(modules, [list(range(starts[s], starts[s] + balance[s])) for s in mine])
+    return Pipeline(part, schedule, mine, balance, timer, StepLog(c.warmup))
+
+
+def run_schedule(pipe: Pipeline, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """One pass of the schedule over all micro-batches: the gradients accumulate, no optimizer step.
+
+    Returns the batch's mean loss on the rank holding the last stage, None elsewhere."""
+    losses: list[torch.Tensor] = []
+    args = (inputs,) if pipe.has_first else ()
+    kwargs: dict[str, Any] = {"target": targets, "losses": losses} if pipe.has_last else {}
+    pipe.schedule.step(*args, return_outputs=False, **kwargs)
+    # Equal micro-batches: the mean of their mean losses is the batch's mean loss.
+    return torch.stack(losses).mean().detach() if pipe.has_last else None
+
+
+def pipeline_rank_fields(pipe: Pipeline, topo: Topology) -> dict[str, object]:
+    """This rank's timings, peak memory and stages, for ``pipeline_record_fields``."""
+    fields = rank_timing_fields(pipe.log, topo.rank, [pipe.stages])
+    return {**fields, "peak_mem_bytes": peak_bytes(topo.devices), "stages": pipe.stages}
+
+
+def pipeline_record_fields(
+    config: RunConfig, balance: list[int], per_rank: list[dict[str, object]], ranks: int
+) -> dict[str, object]:
+    """pp's record figures for pipelines of ``ranks`` ranks, from every rank's ``pipeline_rank_fields``."""
+    c = config
+    return {
+        "schedule": c.schedule,
+        "microbatches": c.microbatches,
+        "stages_per_rank": c.stages_per_rank,
+        "stages": ranks * c.stages_per_rank,
+        "stages_of_rank": [r["stages"] for r in per_rank],
+        "balance": balance,
+        "balance_mode": c.balance,
+        "backend": backend(),
+        "theoretical_bubble_fraction": theoretical_bubble(
+            schedule_info(c.schedule, available_schedules()), ranks, c.microbatches, c.stages_per_rank
+        ),
+        **pipeline_fields(per_rank),
+        "stage_peak_mem_bytes": [r["peak_mem_bytes"][0] for r in per_rank],  # type: ignore[index]
+    }
+
+
 class PipelineStrategy(Strategy):
     """torch.distributed.pipelining: one process per rank, p*v stages, a named schedule."""
 
@@ -159,14 +272,7 @@ class PipelineStrategy(Strategy):
     _owns_group = False
 
     def validate(self, gpus_available: int) -> None:
-        c = self.config
-        try:
-            info = schedule_info(c.schedule, available_schedules())
-            check_schedule(info, c.devices, c.stages_per_rank, c.microbatches)
-            check_p2p_backend(c.accelerator, planned_backend(c.accelerator))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        check_split(c, c.devices * c.stages_per_rank)
+        check_pipeline(self.config, self.config.devices)
 
     def setup(self, topo: Topology) -> None:
         # A group formed by the caller (tests, the fidelity benchmark) is kept, and checked.
@@ -181,32 +287,9 @@ class PipelineStrategy(Strategy):
             self._owns_group = False
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
-        c = self.config
-        p, device = topo.world_size, topo.devices[0]
-        info = schedule_info(c.schedule, available_schedules())
-        total = p * c.stages_per_rank
-        # Every rank must cut at the same blocks: with --balance time each rank profiles, and
-        # rank 0's answer is the one all use.
-        balance = gather_objects(stage_balance(c.balance, spec, total, c.batch_size // c.microbatches, device))[0]
-        starts = [sum(balance[:s]) for s in range(total)]
-        mine = stages_of_rank(topo.rank, p, c.stages_per_rank, info.v_shape)
-        pieces = split_sequential(spec.blocks, balance)
-        modules = [pieces[s].to(device) for s in mine]
-        self.timer, self.log, self.topo, self.balance, self.mine = StepTimer(), StepLog(c.warmup), topo, balance, mine
-        self.has_first, self.has_last = 0 in mine, total - 1 in mine
-        stage_class = timed_stage_class()
-        stages = []
-        for s, module in zip(mine, modules, strict=True):
-            stage = stage_class(Contiguous(module), s, total, device)
-            stage.timer = self.timer
-            stages.append(stage)
-        import torch.distributed.pipelining as pipelining
-
-        schedule_class = getattr(pipelining, info.torch_class)
-        self.schedule = schedule_class(
-            stages if info.multi_stage else stages[0], c.microbatches, loss_fn=spec.loss_fn, scale_grads=True
-        )
-        return PipelinePart(modules, [list(range(starts[s], starts[s] + balance[s])) for s in mine])
+        self.topo = topo
+        self.pipe = build_pipeline(self.config, spec, topo.rank, topo.world_size, topo.devices[0])
+        return self.pipe.part
 
     def train_step(
         self,
@@ -216,41 +299,21 @@ class PipelineStrategy(Strategy):
         loss_fn: nn.Module,
         optimizer: torch.optim.Optimizer,
     ) -> torch.Tensor | None:
+        pipe = self.pipe
         start = time.perf_counter()
-        self.timer.start(self.topo.devices)
+        pipe.timer.start(self.topo.devices)
         optimizer.zero_grad(set_to_none=True)
-        losses: list[torch.Tensor] = []
-        args = (inputs,) if self.has_first else ()
-        kwargs: dict[str, Any] = {"target": targets, "losses": losses} if self.has_last else {}
-        self.schedule.step(*args, return_outputs=False, **kwargs)
+        loss = run_schedule(pipe, inputs, targets)
         optimizer.step()
         synchronize(self.topo.devices)
-        self.log.add(self.timer.spans(), (time.perf_counter() - start) * 1e3, self.timer.wall_start_s)
-        # Equal micro-batches: the mean of their mean losses is the batch's mean loss.
-        return torch.stack(losses).mean().detach() if self.has_last else None
+        pipe.log.add(pipe.timer.spans(), (time.perf_counter() - start) * 1e3, pipe.timer.wall_start_s)
+        return loss
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return model.global_state()  # type: ignore[operator]
 
     def rank_fields(self) -> dict[str, object]:
-        fields = rank_timing_fields(self.log, self.topo.rank, [self.mine])
-        return {**fields, "peak_mem_bytes": peak_bytes(self.topo.devices), "stages": self.mine}
+        return pipeline_rank_fields(self.pipe, self.topo)
 
     def record_fields(self, per_rank: list[dict[str, object]]) -> dict[str, object]:
-        c = self.config
-        p = len(per_rank)
-        return {
-            "schedule": c.schedule,
-            "microbatches": c.microbatches,
-            "stages_per_rank": c.stages_per_rank,
-            "stages": p * c.stages_per_rank,
-            "stages_of_rank": [r["stages"] for r in per_rank],
-            "balance": self.balance,
-            "balance_mode": c.balance,
-            "backend": backend(),
-            "theoretical_bubble_fraction": theoretical_bubble(
-                schedule_info(c.schedule, available_schedules()), p, c.microbatches, c.stages_per_rank
-            ),
-            **pipeline_fields(per_rank),
-            "stage_peak_mem_bytes": [r["peak_mem_bytes"][0] for r in per_rank],  # type: ignore[index]
-        }
+        return pipeline_record_fields(self.config, self.pipe.balance, per_rank, len(per_rank))

@@ -34,3 +34,13 @@ def raising(preset: str = "tiny") -> ModelSpec:
 def stalling(preset: str = "tiny") -> ModelSpec:
     """Hangs in its first forward."""
     return _with_block(Stall(), preset)
+
+
+class OutOfMemory(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("injected: tried to allocate 64.00 GiB")
+
+
+def out_of_memory(preset: str = "tiny") -> ModelSpec:
+    """Runs out of memory in its first forward (simulated, so it works on any device)."""
+    return _with_block(OutOfMemory(), preset)

@@ -17,7 +17,8 @@ RECORD_FIELDS = {
     "processes", "emulated", "oversubscribed", "threads_per_process", "global_batch_size", "config",
     "step_times_ms", "step_time_ms_median", "step_time_ms_iqr", "samples_per_s", "samples_per_s_per_device",
     "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
-    "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env",
+    "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env", "deterministic",
+    "restart_count",
 }  # fmt: skip
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",

@@ -1,0 +1,83 @@
+"""Faults end within a bound, are recorded, and lose no earlier result (BENCH_FAULT, bench/faults.py)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.records import read_records
+from tests.conftest import ROOT, run_bench
+
+SWEEP = ["sweep", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
+
+
+def test_out_of_memory_becomes_an_oom_row_with_memory_figures_and_the_next_runs(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    proc = run_bench(*SWEEP, "--strategies", "single", "--devices", "1",
+                     "--models", "tests.faulty_models:out_of_memory,mlp", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    oom, ok = read_records(out)[0]
+    assert oom["status"] == "oom" and "tried to allocate 64.00 GiB" in oom["reason"]
+    assert oom["peak_mem_source"] == "process_peak_rss" and oom["peak_mem_bytes"][0] > 0
+    assert ok["status"] == "ok" and ok["model"] == "mlp"
+    assert "1 ok, 1 oom" in proc.stdout
+
+
+@pytest.mark.distributed
+def test_a_stalled_rank_ends_as_timeout_within_twice_the_timeout(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    proc = run_bench(*SWEEP, "--strategies", "ddp", "--devices", "2", "--models", "mlp", "--timeout-s", "10",
+                     "--out", str(out), env={"BENCH_FAULT": "1:1:stall"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (row,) = read_records(out)[0]
+    assert row["status"] == "timeout", row["reason"]
+    # The child's whole life: torchrun and its workers starting (10-20 s on 2 busy cores), then the
+    # healthy rank waiting out the 10 s timeout, and torchrun stopping the stalled one.
+    assert row["duration_s"] < 25 + 2 * 10, row["duration_s"]
+
+
+@pytest.mark.distributed
+def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    proc = run_bench(*SWEEP, "--strategies", "ddp", "--devices", "2",
+                     "--models", "tests.faulty_models:raising,mlp", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    failed, ok = read_records(out)[0]
+    assert failed["status"] == "failed"
+    assert failed["reason"].startswith("rank ") and "RuntimeError: injected fault in forward" in failed["reason"]
+    assert ok["status"] == "ok" and ok["processes"] == 2
+
+
+def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    args = [*SWEEP, "--strategies", "single", "--devices", "1", "--models", "mlp,tests.faulty_models:stalling,rnn",
+            "--out", str(out)]  # fmt: skip
+    sweep = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**_env(), "PYTHONPATH": "."})  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (out.exists() and out.read_text().count("\n") == 1):  # the first row is in: mlp
+        assert time.monotonic() < deadline and sweep.poll() is None
+        time.sleep(0.5)
+    time.sleep(8)  # the stalling configuration's child is now up and hanging
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130
+    assert "interrupted; completed rows are kept" in err
+    assert [r["model"] for r in read_records(out)[0]] == ["mlp"]
+    left = subprocess.run(["pgrep", "-f", "faulty_models:stalling"], capture_output=True, text=True)
+    assert left.stdout == "", "a child outlived the sweep"
+
+    plan = run_bench(*args, "--dry-run", env={"PYTHONPATH": "."})
+    states = [line.split()[-1] for line in plan.stdout.splitlines()]
+    assert states == ["done", "run", "run"], plan.stdout + plan.stderr + out.read_text()[:3000]
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
