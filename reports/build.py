@@ -13,7 +13,7 @@ from bench.records import RecordError
 from reports import figures
 from reports.load import Results, load
 from reports.render import Section, write_html, write_markdown
-from reports.tables import fastest, results_table, with_scaling, with_verification
+from reports.tables import fastest, hybrid_vs_parts, results_table, with_scaling, with_verification
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,12 @@ def build_report(results: Results, out: Path) -> list[Path]:
             "Speed-up is samples/s over `single` on one device for the same model, preset and scaling mode; "
             "efficiency is speed-up / devices."], [results_table(runs)],
             _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))  # fmt: skip
+        hybrid = hybrid_vs_parts(runs)
+        if not hybrid.empty:
+            sections.append(Section("Hybrid against its parts", [
+                "A dp x pp hybrid's efficiency over the product of ddp's efficiency on D devices and pp's on P "
+                "(same schedule and micro-batches): 1.0 means data and pipeline parallelism compose without loss; "
+                "empty where a part was not measured."], [hybrid]))  # fmt: skip
         memory = [figures.memory(runs, out), figures.throughput_vs_memory(runs, out)]
         sections.append(Section("Memory", [], [], _present(memory)))
         compare = _present([figures.dp_vs_ddp(runs, out)])

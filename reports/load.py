@@ -69,6 +69,8 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "bubble_measured": fields.get("measured_bubble_fraction"),
         "bubble_theoretical": fields.get("theoretical_bubble_fraction"),
         "stage_imbalance": fields.get("stage_imbalance"),
+        "dp": fields.get("dp"),
+        "pp": fields.get("pp"),
         "accelerator": record["accelerator"],
     }
 

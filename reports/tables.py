@@ -61,3 +61,22 @@ def results_table(runs: pd.DataFrame) -> pd.DataFrame:
                "oversubscribed"]  # fmt: skip
     present = [c for c in columns if c in runs.columns]
     return runs.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False])[present]
+
+
+def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each hybrid run's efficiency against the product of its parts': ``ddp`` on D devices and ``pp``
+    on P devices (same panel, scaling, schedule and micro-batches). 1.0: dp and pp compose perfectly."""
+    if runs.empty or "hybrid" not in set(runs["strategy"]):
+        return pd.DataFrame()
+    rows = []
+    for h in runs[runs["strategy"] == "hybrid"].itertuples():
+        same = runs[(runs["panel"] == h.panel) & (runs["scaling"] == h.scaling)]
+        ddp = same[(same["strategy"] == "ddp") & (same["devices"] == h.dp)]
+        pp = same[(same["strategy"] == "pp") & (same["devices"] == h.pp) & (same["schedule"] == h.schedule)
+                  & (same["microbatches"] == h.microbatches)]  # fmt: skip
+        ddp_eff = ddp["efficiency"].max() if not ddp.empty else float("nan")
+        pp_eff = pp["efficiency"].max() if not pp.empty else float("nan")
+        rows.append({"panel": h.panel, "variant": h.variant, "dp": h.dp, "pp": h.pp, "efficiency": h.efficiency,
+                     "ddp_efficiency": ddp_eff, "pp_efficiency": pp_eff,
+                     "vs_product_of_parts": h.efficiency / (ddp_eff * pp_eff)})  # fmt: skip
+    return pd.DataFrame(rows)

@@ -47,6 +47,7 @@ RECORDS = [
         "pp", 2, 250.0, microbatches=4, measured_bubble_fraction=0.3, theoretical_bubble_fraction=0.2, timeline=TIMELINE
     ),
     record("pp", 2, 140.0, microbatches=8, measured_bubble_fraction=0.15, theoretical_bubble_fraction=1 / 9),
+    record("hybrid", 4, 300.0, microbatches=4, dp=2, pp=2),
     record("single", 1, 50.0, model="cnn"),
     record("ddp", 2, 95.0, model="cnn"),
 ]
@@ -75,6 +76,16 @@ def test_speedup_and_efficiency_are_against_single_on_one_device(results_file: P
     assert cnn["speedup"] == pytest.approx(1.9)
 
 
+def test_hybrid_efficiency_is_held_against_the_product_of_its_parts(results_file: Path) -> None:
+    from reports.tables import hybrid_vs_parts
+
+    (row,) = hybrid_vs_parts(with_scaling(load([results_file]).runs)[0]).to_dict("records")
+    # hybrid 300 on 4 devices: efficiency 0.75; ddp 180 on 2: 0.9; pp (gpipe, m=4) 250 on 2: 1.25.
+    assert row["efficiency"] == pytest.approx(0.75)
+    assert row["ddp_efficiency"] == pytest.approx(0.9) and row["pp_efficiency"] == pytest.approx(1.25)
+    assert row["vs_product_of_parts"] == pytest.approx(0.75 / (0.9 * 1.25))
+
+
 def test_a_strategy_shown_wrong_never_wins_the_summary(results_file: Path) -> None:
     results = load([results_file])
     runs = with_verification(with_scaling(results.runs)[0], results.verify)
@@ -97,6 +108,7 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     md = (out / "report.md").read_text()
     assert "EMULATED" in md
+    assert "## Hybrid against its parts" in md and "| mlp/small | hybrid (gpipe, m=4) | 2 | 2 | 0.75 | 0.9 | 1.25 |" in md
     assert "| mlp/small | 2 | ddp | 180 | 1.8 | 0.9 | pass | True |" in md  # the summary row
     assert "no result within 60 s" in md and "timeout" in md  # the failed configuration, with its reason
     assert "| " + str(results_file) + " | 4 |" in md  # the torn line, by number
