@@ -74,8 +74,10 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                 if status != "ok":
                     row["reason"] = f"reference run {status}: {reason}"
                     continue
+                # A strategy that needs more devices (hybrid: 2 x 2) is checked at its smallest size.
+                row["devices"] = max(devices, STRATEGIES[strategy].min_devices)
                 try:
-                    got = resolve(candidate(want, strategy, devices, folder))
+                    got = resolve(candidate(want, strategy, row["devices"], folder))
                 except ConfigError as exc:
                     row.update(passed=None, reason=f"skipped: {exc}")
                     continue
@@ -87,8 +89,8 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                 param_diff, loss_diff, passed = compare(got, want, records)
                 ran = records[run_key(got.as_dict())]
                 row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed, emulated=ran["emulated"])
-                if ran["device_count"] != devices:  # nn.DataParallel without GPUs: a pass-through
-                    row["reason"] = f"ran on {ran['device_count']} device(s), not {devices}"
+                if ran["device_count"] != row["devices"]:  # nn.DataParallel without GPUs: a pass-through
+                    row["reason"] = f"ran on {ran['device_count']} device(s), not {row['devices']}"
     return rows
 
 
