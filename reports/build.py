@@ -67,8 +67,9 @@ def _present(paths: list[Path | None]) -> list[Path]:
 
 
 def _overview(results: Results, emulated: bool) -> Section:
-    n_ok, n_bad = len(results.runs), len(results.failures)
-    text = [f"{n_ok} configuration(s) measured, {n_bad} failed or timed out."]
+    counts = results.failures["status"].value_counts().to_dict() if not results.failures.empty else {}
+    others = "".join(f", {n} {status}" for status, n in sorted(counts.items()))
+    text = [f"{len(results.runs)} configuration(s) measured{others}."]
     if emulated:
         text.append(
             f"{figures.warning_for(results.runs)}. Rows and plots marked emulated measure how the strategies' work and "
@@ -92,7 +93,7 @@ def _timeline(results: Results, out: Path) -> Path | None:
 
 
 def _not_run(results: Results) -> Section:
-    section = Section("Failed, timed-out and unreadable")
+    section = Section("Skipped, failed, timed-out and unreadable")
     if not results.failures.empty:
         section.tables.append(results.failures)
     if results.bad_lines:

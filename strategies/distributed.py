@@ -22,7 +22,8 @@ def torchrun_topology(accelerator: str) -> Topology:
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
-        emulated=accelerator == "cpu",
+        # One process on the CPU is a real CPU device; several stand in for devices they are not.
+        emulated=accelerator == "cpu" and world_size > 1,
     )
 
 
