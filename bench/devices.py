@@ -8,6 +8,9 @@ from collections.abc import Iterable
 
 import torch
 
+# One definition for the runner's clock and the strategies' own timers.
+from strategies.timing import synchronize  # noqa: F401
+
 # Dense peak FLOP/s from the vendors' data sheets (SXM parts), by precision. MFU is left out
 # where the device is not in this table: a made-up peak would make a made-up MFU.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
@@ -15,12 +18,6 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "H100": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12},
     "A100": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
 }
-
-
-def synchronize(devices: Iterable[torch.device]) -> None:
-    """Waits for queued GPU work so that a clock read after it measures the work, not its launch."""
-    for index in sorted({d.index or 0 for d in devices if d.type == "cuda"}):
-        torch.cuda.synchronize(index)
 
 
 def reset_peak_memory(devices: Iterable[torch.device]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -162,8 +162,9 @@ def pipeline_fields(per_rank: list[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def synchronize(devices: list[torch.device] | tuple[torch.device, ...]) -> None:
-    """Waits for the queued GPU work of ``devices`` (nothing to wait for on the CPU)."""
+def synchronize(devices: Iterable[torch.device]) -> None:
+    """Waits for queued GPU work, so that a clock read after it measures the work, not its launch
+    (nothing to wait for on the CPU)."""
     for index in sorted({d.index or 0 for d in devices if d.type == "cuda"}):
         torch.cuda.synchronize(index)
 
