@@ -18,30 +18,9 @@ from bench.config import RunConfig
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
 
-def _rank_main(rank: int, world_size: int, config: RunConfig, folder: str) -> None:
-    os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
-    )
-    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
-    torch.set_num_threads(1)
-    from bench.runner import train
-
-    result = train(config, capture_state=True)
-    torch.save(result, os.path.join(folder, f"rank{rank}.pt"))
-
-
 def run_ranks(config: RunConfig, world_size: int, folder: Path, timeout_s: float = 180) -> list:
     """``train(config, capture_state=True)`` on ``world_size`` processes; one RunResult per rank."""
-    context = mp.start_processes(
-        _rank_main, args=(world_size, config, str(folder)), nprocs=world_size, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + timeout_s
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            raise TimeoutError(f"{world_size} ranks did not finish within {timeout_s:.0f} s")
-    return [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    return run_ranks_sequence([config], world_size, folder, timeout_s)[0]
 
 
 def merged_state(results: list) -> dict[str, torch.Tensor]:
