@@ -11,7 +11,7 @@ import torch
 
 import models
 from strategies import STRATEGIES, ConfigError, Launch, get_strategy
-from strategies.distributed import check_per_device_launch
+from strategies.distributed import check_backend, check_per_device_launch, default_backend
 
 ACCELERATORS = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
@@ -50,6 +50,8 @@ class RunConfig:
     """JSON-lines file the run's record is appended to."""
     timeout_s: float = 300.0
     """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
+    backend: str = "auto"
+    """Process-group backend of per-device strategies: gloo, nccl, or auto (nccl on CUDA, gloo on the CPU)."""
     max_restarts: int = 0
     """torchrun restarts after a failure (0 for benchmarks: a restart would be timed)."""
     deterministic: bool = False
@@ -110,7 +112,9 @@ def resolve(config: RunConfig) -> RunConfig:
     if accelerator == "cuda" and gpus == 0:
         raise ConfigError("--accelerator cuda asked for, but torch sees no CUDA device on this machine")
     batch_size = config.batch_size or _default_batch_size(config)
-    resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size)
+    check_backend(config.backend, accelerator)
+    backend = default_backend(accelerator) if config.backend == "auto" else config.backend
+    resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend)
     strategy = get_strategy(resolved)
     if strategy.launch is Launch.PER_DEVICE:
         # Counted per node: under a many-node torchrun, --devices is the world, not this machine.

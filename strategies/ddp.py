@@ -81,7 +81,7 @@ class DistributedDataParallelStrategy(Strategy):
         # A caller that already formed the group (the fidelity benchmark, which alternates with
         # a hand-written script in the same processes) keeps it: destroy only what we create.
         if not is_initialized():
-            init_process_group(topo, self.config.timeout_s)
+            init_process_group(topo, self.config.timeout_s, self.config.backend)
             self._owns_group = True
 
     def teardown(self) -> None:

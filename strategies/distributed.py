@@ -31,8 +31,30 @@ RENDEZVOUS_FILE_VARIABLE = "BENCH_RENDEZVOUS_FILE"
 """Names a file for a file:// rendezvous (tests, shared file systems); unset means torchrun's env://."""
 
 
-def init_process_group(topo: Topology, timeout_s: float) -> None:
-    """nccl on CUDA, gloo on the CPU, with an explicit timeout so that a dead peer ends the run.
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def default_backend(accelerator: str) -> str:
+    """The backend ``--backend auto`` means: nccl on CUDA, gloo on the CPU."""
+    return "nccl" if accelerator == "cuda" else "gloo"
+
+
+def check_backend(backend: str, accelerator: str) -> None:
+    """Raises ConfigError for a backend that cannot carry this run's tensors (checked before launch)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "nccl" and accelerator != "cuda":
+        raise ConfigError(
+            f"--backend nccl needs CUDA tensors, but this run is on {accelerator} "
+            f"(CUDA available: {torch.cuda.is_available()}); use --backend gloo"
+        )
+
+
+def init_process_group(topo: Topology, timeout_s: float, backend: str = "auto") -> None:
+    """A process group with an explicit timeout, so that a dead peer ends the run.
+
+    ``backend`` auto is nccl on CUDA and gloo on the CPU; gloo on CUDA works for collectives
+    (ddp, slower) but not for point-to-point sends of CUDA tensors (pipelines refuse it).
 
     On CUDA the device is set first: NCCL binds each rank's communicator to the current device,
     and two ranks left on cuda:0 fail with "Duplicate GPU detected".
@@ -42,16 +64,15 @@ def init_process_group(topo: Topology, timeout_s: float) -> None:
     device = topo.devices[0]
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        backend = "gloo"
+    if backend == "auto":
+        backend = default_backend(device.type)
     dist.init_process_group(
         backend=backend,
         init_method=init_method,
         rank=topo.rank,
         world_size=topo.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
-        device_id=device if device.type == "cuda" else None,
+        device_id=device if backend == "nccl" else None,
     )
 
 

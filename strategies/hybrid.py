@@ -175,7 +175,7 @@ class HybridStrategy(Strategy):
 
     def setup(self, topo: Topology) -> None:
         if not is_initialized():
-            init_process_group(topo, self.config.timeout_s)
+            init_process_group(topo, self.config.timeout_s, self.config.backend)
             self._owns_group = True
         check_p2p_backend(topo.devices[0].type, backend() or "none")
         self.shape = self.dp, self.pp = mesh_shape(self.config.devices, self.config.dp, self.config.pp)

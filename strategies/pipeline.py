@@ -67,12 +67,10 @@ if TYPE_CHECKING:
 def check_p2p_backend(device_type: str, backend: str) -> None:
     """Raises ValueError for a process-group backend that cannot carry this device's tensors point to point."""
     if device_type == "cuda" and backend != "nccl":
-        raise ValueError(f"pp on cuda needs the nccl backend: {backend} cannot send CUDA tensors point to point")
-
-
-def planned_backend(accelerator: str) -> str:
-    """The backend strategies.distributed.init_process_group picks for ``accelerator``."""
-    return "nccl" if accelerator == "cuda" else "gloo"
+        raise ValueError(
+            f"pipelines on cuda need the nccl backend: {backend} cannot send CUDA tensors point to point; "
+            "use --backend nccl (or auto)"
+        )
 
 
 def timed_stage_class() -> type:
@@ -157,7 +155,7 @@ def check_pipeline(config: RunConfig, ranks: int) -> None:
     try:
         info = schedule_info(c.schedule, available_schedules())
         check_schedule(info, ranks, c.stages_per_rank, c.microbatches)
-        check_p2p_backend(c.accelerator, planned_backend(c.accelerator))
+        check_p2p_backend(c.accelerator, c.backend)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     check_split(c, ranks * c.stages_per_rank)
@@ -277,7 +275,7 @@ class PipelineStrategy(Strategy):
     def setup(self, topo: Topology) -> None:
         # A group formed by the caller (tests, the fidelity benchmark) is kept, and checked.
         if not is_initialized():
-            init_process_group(topo, self.config.timeout_s)
+            init_process_group(topo, self.config.timeout_s, self.config.backend)
             self._owns_group = True
         check_p2p_backend(topo.devices[0].type, backend() or "none")
 

@@ -37,6 +37,9 @@ BAD_RUNS = [
     (["--model", "no_such_pkg.mod:build"], "cannot import 'no_such_pkg.mod'"),
     (["--model", "json:no_such_function"], "module 'json' has no function 'no_such_function'"),
     (["--steps", "three"], "argument --steps: invalid int value: 'three'"),
+    (["--backend", "mpi"], "unknown backend 'mpi'; choose from auto, gloo, nccl"),
+    (["--strategy", "ddp", "--devices", "2", "--accelerator", "cpu", "--backend", "nccl"],
+     "--backend nccl needs CUDA tensors, but this run is on cpu"),
 ]
 
 
@@ -69,6 +72,18 @@ def test_more_gpus_than_the_machine_has(results: Path, capsys: pytest.CaptureFix
     assert code == 2 and err.count("\n") == 1
     assert "CUDA" in err or f"has {gpus} GPU(s)" in err
     assert not results.exists()
+
+
+@pytest.mark.parametrize("strategy", ["pp", "hybrid"])
+def test_gloo_for_pipeline_sends_of_cuda_tensors_is_refused_before_launch(strategy: str) -> None:
+    # Checked on the numbers alone, so it runs without a GPU: the config says cuda, the strategy refuses.
+    from bench.config import RunConfig
+    from strategies import ConfigError, get_strategy
+
+    config = RunConfig(strategy=strategy, model="mlp", preset="tiny", devices=4, batch_size=8, microbatches=2,
+                       accelerator="cuda", backend="gloo")  # fmt: skip
+    with pytest.raises(ConfigError, match="need the nccl backend: gloo cannot send CUDA tensors point to point"):
+        get_strategy(config).validate(gpus_available=4)
 
 
 def test_unwritable_output_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,7 +126,7 @@ def test_explicit_balance(text: str, blocks: int, stages: int, expected: list[in
 
 
 def test_point_to_point_on_cuda_needs_nccl() -> None:
-    with pytest.raises(ValueError, match="pp on cuda needs the nccl backend: gloo cannot send CUDA tensors"):
+    with pytest.raises(ValueError, match="pipelines on cuda need the nccl backend: gloo cannot send CUDA tensors"):
         check_p2p_backend("cuda", "gloo")
     check_p2p_backend("cuda", "nccl")
     check_p2p_backend("cpu", "gloo")
