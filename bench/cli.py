@@ -16,7 +16,14 @@ from bench.config import RunConfig, gpus_available, resolve
 from bench.devices import peak_memory
 from bench.environment import environment
 from bench.explain import add_explain_parser, cmd_explain
-from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, pp_vs_mp, single_vs_plain_loop
+from bench.fidelity import (
+    FidelityResult,
+    ddp_fidelity_config,
+    ddp_vs_plain_ddp,
+    fidelity_record,
+    pp_vs_mp,
+    single_vs_plain_loop,
+)
 from bench.launch import launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record, failure_record
@@ -42,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out"))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
+    fidelity.add_argument("--out", default="results/fidelity.jsonl",
+                          help="one record per comparison, read by bench report (default: %(default)s)")  # fmt: skip
     return parser
 
 
@@ -116,21 +125,34 @@ def _out_of_memory(config: RunConfig, exc: BaseException) -> int:
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
     try:
+        # --out reaches the config, so resolve checks it is writable before anything runs, as for bench run.
         config = resolve(config_from_args(RunConfig, args))
         ddp_config = ddp_fidelity_config(config)
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
     except ConfigError as exc:
         fail("bench fidelity", str(exc))
+    env = environment()
+    verdicts: list[bool | None] = []
+
+    def record(result: FidelityResult) -> None:
+        # Each result is kept as soon as it is measured: an interrupted run loses only the one under way.
+        print(result.line())
+        append_record(config.out, fidelity_record(result, config, args.rounds, env))
+        verdicts.append(result.met)
+
     comparison = single_vs_plain_loop(config, args.rounds)
     print(f"{config.model}/{config.preset}, batch {config.batch_size}, {config.accelerator}, "
           f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.steps} steps")  # fmt: skip
-    print(comparison.line())
+    record(comparison)
     if ddp_config is not None:
-        print(ddp_vs_plain_ddp(ddp_config, args.rounds).line())
+        record(ddp_vs_plain_ddp(ddp_config, args.rounds))
     if config.accelerator == "cpu" or torch.cuda.device_count() >= 2:
-        for speedup in pp_vs_mp(config, args.rounds):
-            print(speedup.line())
+        speedups, bubbles = pp_vs_mp(config, args.rounds)
+        for result in [*speedups, *bubbles]:
+            record(result)
+    held = [v for v in verdicts if v is not None]
+    print(f"fidelity: {sum(held)} of {len(held)} targets met  -> {config.out}")
     return 0
 
 
