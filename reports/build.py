@@ -33,6 +33,7 @@ def build_report(results: Results, out: Path) -> list[Path]:
             "Speed-up is samples/s over `single` on one device for the same model, preset and scaling mode; "
             "efficiency is speed-up / devices."], [results_table(runs)],
             _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))  # fmt: skip
+        sections.append(_mfu(runs, out))
         hybrid = hybrid_vs_parts(runs)
         if not hybrid.empty:
             sections.append(Section("Hybrid against its parts", [
@@ -53,6 +54,7 @@ def build_report(results: Results, out: Path) -> list[Path]:
         columns = [c for c in ("strategy", "model", "devices", "max_param_diff", "max_loss_diff", "passed")
                    if c in results.verify.columns]  # fmt: skip
         sections.append(Section("Verification against single", [], [results.verify[columns]]))
+    sections.append(_fidelity(results.fidelity))
     sections.append(_not_run(results))
     sections.append(_environment(results))
     md, page = out / "report.md", out / "report.html"
@@ -76,6 +78,57 @@ def _overview(results: Results, emulated: bool) -> Section:
             "communication overlap on shared CPU cores; read them for correctness and overheads, not for GPU speed-ups."
         )
     return Section("Overview", text)
+
+
+def _mfu(runs: pd.DataFrame, out: Path) -> Section:
+    """The MFU figure where some run knew its devices' peak FLOP/s, else why there is none."""
+    figure = figures.mfu(runs, out)
+    if figure is None:
+        return Section("MFU", [
+            "MFU is left out: no run knows its devices' peak FLOP/s. Only GPUs listed in `bench/devices.py` "
+            "(`PEAK_FLOPS`) have one, or a peak given to `bench run --peak-tflops`; a made-up peak would make a "
+            "made-up MFU."])  # fmt: skip
+    return Section("MFU", [
+        "Model FLOPs utilisation: forward+backward FLOPs per sample (counted by `torch.utils.flop_counter`) "
+        "times samples/s, over the devices' peak FLOP/s times the device count."], [], [figure])  # fmt: skip
+
+
+# One sentence per kind of ``bench fidelity`` comparison, shown for those present.
+FIDELITY_EXPLAINED = {
+    "single-vs-plain-loop": "single vs plain loop: the `single` strategy's median step time over the PyTorch "
+    "tutorials' plain training loop on the same model, batch and threads, alternated round by round in one "
+    "process; near 1 means the harness adds nothing of its own to what it times.",
+    "ddp-vs-plain-ddp": "ddp vs plain DDP script: the `ddp` strategy on 2 processes over the DDP tutorial's "
+    "hand-written script, same model, global batch and process group; near 1 means the strategy costs no more "
+    "than DDP itself.",
+    "pp-vs-mp": "pp vs mp: the pipeline's speed-up over running the same stages one after another (`mp`), as a "
+    "share of the ideal p·m/(m+p-1); the row with mp on one pp rank's threads is held to the target, the one with "
+    "mp on all the cores says whether pipelining beats intra-op threads.",
+    "pp-bubble": "pp bubble: the measured idle fraction of a pipeline step (which also counts transfers and "
+    "Python overhead) against the schedule's theoretical (p-1)/(m+p-1), for m >= 4p micro-batches.",
+}
+FIDELITY_HINT = (
+    "No fidelity records were given. Run `python -m bench fidelity --out results/fidelity.jsonl`, then pass "
+    "that file to `bench report` with the others (`python -m bench report results/sweep.jsonl "
+    "results/verify.jsonl results/fidelity.jsonl`)."
+)
+
+
+def _fidelity(fidelity: pd.DataFrame) -> Section:
+    """``bench fidelity``'s comparisons: each measured figure, its target and whether it was met."""
+    section = Section("How far to trust these numbers")
+    if fidelity.empty:
+        section.paragraphs.append(FIDELITY_HINT)
+        return section
+    present = set(fidelity["comparison"])
+    section.paragraphs += [text for kind, text in FIDELITY_EXPLAINED.items() if kind in present]
+    warning = figures.warning_for(fidelity)
+    if warning:
+        section.paragraphs.append(f"{warning}. Rows marked emulated time several processes sharing the CPU's cores: "
+                                  "they say what the harness costs there, not how a GPU machine would do.")  # fmt: skip
+    columns = ["name", "measured", "target", "met", "machine", "emulated"]
+    section.tables.append(fidelity[columns].rename(columns={"name": "comparison"}))
+    return section
 
 
 def _timeline(results: Results, out: Path) -> Path | None:

@@ -118,6 +118,19 @@ def throughput_vs_memory(runs: pd.DataFrame, out: Path) -> Path | None:
     return _finish(grid.figure, "Throughput vs memory", runs, out / "throughput_vs_memory.png")
 
 
+def mfu(runs: pd.DataFrame, out: Path) -> Path | None:
+    """Model FLOPs utilisation per strategy and device count, one panel per model; None where no run
+    knew its device's peak FLOP/s (every CPU run, and GPUs missing from bench/devices.py)."""
+    data = runs.dropna(subset=["mfu"])
+    if data.empty:
+        return None
+    grid = sns.catplot(data=data, x="devices", y="mfu", hue="variant", col="panel", kind="bar", sharey=False,
+                       height=3.4, errorbar=None)  # fmt: skip
+    grid.set_titles("{col_name}")
+    grid.set_axis_labels("devices", "MFU (achieved / peak FLOP/s)")
+    return _finish(grid.figure, "Model FLOPs utilisation", data, out / "mfu.png")
+
+
 def dp_vs_ddp(runs: pd.DataFrame, out: Path) -> Path | None:
     """nn.DataParallel against DistributedDataParallel at equal device counts."""
     data = runs[runs["strategy"].isin(["dp", "ddp"])]

@@ -18,13 +18,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Results:
-    """Everything a report draws from: successful runs, failed ones, verification, and what was unreadable."""
+    """Everything a report draws from: successful runs, failed ones, verification, fidelity, and what was
+    unreadable."""
 
     runs: pd.DataFrame
     failures: pd.DataFrame
     verify: pd.DataFrame
     records: list[dict[str, object]] = field(default_factory=list)
     bad_lines: list[tuple[Path, BadLine]] = field(default_factory=list)
+    fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per ``bench fidelity`` comparison (``fidelity_row``)."""
 
     @property
     def emulated(self) -> bool:
@@ -92,7 +95,50 @@ def load(paths: list[Path]) -> Results:
         for r in records if r.get("kind", "run") == "run" and r["status"] != "ok"
     ]  # fmt: skip
     verify = [r for r in records if r.get("kind") == "verify"]
-    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad)
+    fidelity = [fidelity_row(r) for r in records if r.get("kind") == "fidelity" and r["status"] == "ok"]
+    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=_frame(fidelity))
+
+
+def fidelity_row(record: dict[str, object]) -> dict[str, object]:
+    """A ``bench fidelity`` record as a report row: what was compared, the figure it measured, the target."""
+    met = record.get("met")
+    return {
+        "comparison": record["comparison"],
+        "name": record["name"],
+        "measured": _fidelity_figure(record),
+        "target": record["target"],
+        # None: a figure shown for information, held to no target.
+        "met": "-" if met is None else ("yes" if met else "no"),
+        "machine": _machine(record),
+        "emulated": bool(record["emulated"]),
+    }
+
+
+def _fidelity_figure(record: dict[str, object]) -> str:
+    """The measured figure of each kind of comparison, as ``bench fidelity`` prints it."""
+    r = record
+    if r["comparison"] == "pp-vs-mp":
+        return (
+            f"speed-up {r['speedup']:.2f} = {r['share_of_ideal']:.0%} of the ideal {r['ideal_speedup']:.2f} "
+            f"(pp {r['suite_ms']:.1f} ms, mp {r['baseline_ms']:.1f} ms per step)"
+        )
+    if r["comparison"] == "pp-bubble":
+        return (
+            f"bubble {r['measured_bubble_fraction']:.3f} vs theoretical {r['theoretical_bubble_fraction']:.3f} "
+            f"(difference {r['bubble_difference']:+.3f})"
+        )
+    return f"ratio {r['ratio']:.3f} (suite {r['suite_ms']:.2f} ms, baseline {r['baseline_ms']:.2f} ms per step)"
+
+
+def _machine(record: dict[str, object]) -> str:
+    """Host and accelerator: ``vm, cpu (AMD EPYC, 2 cores)`` or ``node1, cuda (2 x NVIDIA H200)``."""
+    env = record.get("env") or {}
+    gpus = env.get("gpu_names") or []
+    if record["accelerator"] == "cuda" and gpus:
+        what = f"{len(gpus)} x {gpus[0]}"
+    else:
+        what = f"{env.get('cpu_model', 'unknown CPU')}, {env.get('cpu_cores', '?')} cores"
+    return f"{env.get('hostname', 'unknown host')}, {record['accelerator']} ({what})"
 
 
 def _frame(rows: list[dict[str, object]]) -> pd.DataFrame:

@@ -113,9 +113,23 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
     assert "| mlp/small | 2 | ddp | 180 | 1.8 | 0.9 | pass | True |" in md  # the summary row
     assert "no result within 60 s" in md and "timeout" in md  # the failed configuration, with its reason
     assert "| " + str(results_file) + " | 4 |" in md  # the torn line, by number
+    assert "## MFU\n\nMFU is left out: no run knows its devices' peak FLOP/s." in md  # CPU runs: no peak
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 7  # self-contained: every figure inlined
     assert "testhost" in html and "Test CPU" in html
+
+
+def test_mfu_is_drawn_per_strategy_where_some_run_knows_its_peak(tmp_path: Path) -> None:
+    from reports.build import _mfu
+
+    path = tmp_path / "gpu.jsonl"
+    rows = [{**record("single", 1, 100.0), "mfu": 0.4}, {**record("ddp", 2, 180.0), "mfu": 0.36}, record("mp", 2, 90.0)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = load([path]).runs
+    assert list(runs["mfu"].isna()) == [False, False, True]
+    section = _mfu(runs, tmp_path)
+    assert section.figures == [tmp_path / "mfu.png"] and "left out" not in section.paragraphs[0]
+    assert (tmp_path / "mfu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_report_cli_refuses_another_record_version(tmp_path: Path) -> None:

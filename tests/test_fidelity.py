@@ -1,0 +1,184 @@
+"""``bench fidelity``: its verdicts, its records, and the report section they make. Nothing here times
+anything: the measuring functions are replaced by fakes, so each test takes well under a second."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+from bench.fidelity import (
+    BubbleCheck,
+    Comparison,
+    PipelineRound,
+    PipelineSpeedup,
+    Setup,
+    bubble_checks,
+    fidelity_record,
+)
+from bench.records import RECORD_VERSION, append_record, read_records
+from reports.build import FIDELITY_HINT, build_report
+from reports.load import load
+from tests.test_report import FAILED
+
+CPU2 = Setup("mlp", "small", 2, "cpu", 64)
+ENV = {"hostname": "testhost", "torch": "2.14.1", "gpu_names": [], "cpu_model": "Test CPU", "cpu_cores": 2}
+
+
+def single(suite_ms: float, baseline_ms: float) -> Comparison:
+    return Comparison("single-vs-plain-loop", "single vs plain PyTorch loop", Setup("mlp", "tiny", 1, "cpu", 8),
+                      suite_ms, baseline_ms, tolerance=0.02)  # fmt: skip
+
+
+def speedup(m: int, pp_ms: float, mp_ms: float, target: float | None = 0.85) -> PipelineSpeedup:
+    ideal = 2 * m / (m + 1)
+    return PipelineSpeedup(f"pp vs mp, 2 stages, M={m}", CPU2, m, 1, pp_ms, mp_ms, ideal, target)
+
+
+def test_a_ratio_is_met_within_its_tolerance_on_either_side() -> None:
+    assert single(101.9, 100.0).met and single(98.1, 100.0).met
+    assert not single(102.1, 100.0).met and not single(97.9, 100.0).met
+    assert single(102.1, 100.0).line() == (
+        "single vs plain PyTorch loop: ratio 1.021 (suite 102.10 ms, baseline 100.00 ms per step; target within 2%)"
+    )
+
+
+def test_a_speedup_is_held_to_its_share_of_the_ideal_only_where_it_has_a_target() -> None:
+    held = speedup(8, pp_ms=100.0, mp_ms=160.0)  # 1.6 of the ideal 16/9: 90%
+    assert held.share == pytest.approx(1.6 / (16 / 9)) and held.met is True
+    assert speedup(8, pp_ms=100.0, mp_ms=150.0).met is False  # 84%
+    shown = speedup(8, pp_ms=100.0, mp_ms=50.0, target=None)
+    assert shown.met is None and shown.target == "none (for information)"
+
+
+def test_the_bubble_is_checked_only_where_m_is_at_least_4p_with_the_median_over_rounds() -> None:
+    rounds = {
+        4: [PipelineRound([10.0], 0.30, 0.2)] * 3,  # m < 4p with p = 2: not held to the theory
+        8: [PipelineRound([10.0, 12.0], 0.15, 1 / 9), PipelineRound([11.0], 0.13, 1 / 9),
+            PipelineRound([9.0], 0.40, 1 / 9)],  # an outlier round does not move the median
+        16: [PipelineRound([20.0], 0.20, None)],  # a zero-bubble schedule: no theoretical figure
+    }  # fmt: skip
+    (check,) = bubble_checks(rounds, CPU2, "gpipe")
+    assert (check.microbatches, check.measured, check.theoretical) == (8, 0.15, 1 / 9)
+    assert check.pp_ms == pytest.approx(10.5)  # the median of every round's step times
+    assert check.difference == pytest.approx(0.15 - 1 / 9) and check.met
+    assert check.line() == (
+        "pp bubble, 2 stages, M=8, gpipe: measured bubble 0.150 vs theoretical 0.111 "
+        "(difference +0.039; target within 0.05)"
+    )
+    assert not BubbleCheck("b", CPU2, "gpipe", 8, 0.05, 0.111, 10.0).met  # 0.061 under the theory
+
+
+def test_a_fidelity_record_names_its_figures_units_and_verdict(tmp_path: Path) -> None:
+    from bench.config import RunConfig
+
+    config = RunConfig(model="mlp", preset="tiny", steps=2, warmup=1)
+    path = tmp_path / "fidelity.jsonl"
+    for result in (single(103.0, 100.0), speedup(8, 100.0, 160.0), BubbleCheck("b", CPU2, "1f1b", 8, 0.2, 0.1, 9.0)):
+        append_record(path, fidelity_record(result, config, rounds=3, env=ENV))
+    (ratio, share, bubble), bad = read_records(path)
+    assert not bad
+    assert ratio["record_version"] == RECORD_VERSION and ratio["kind"] == "fidelity" and ratio["status"] == "ok"
+    assert ratio["ratio"] == pytest.approx(1.03) and ratio["suite_ms"] == 103.0 and ratio["baseline_ms"] == 100.0
+    assert (ratio["target"], ratio["met"], ratio["emulated"], ratio["device_count"]) == ("within 2%", False, False, 1)
+    assert (ratio["rounds"], ratio["steps_per_round"], ratio["warmup_steps"], ratio["env"]) == (3, 2, 1, ENV)
+    assert share["share_of_ideal"] == pytest.approx(0.9) and share["met"] is True and share["emulated"] is True
+    assert (share["suite_ms"], share["baseline_ms"], share["model"], share["preset"]) == (100.0, 160.0, "mlp", "small")
+    assert bubble["bubble_difference"] == pytest.approx(0.1) and bubble["met"] is False
+    assert (bubble["measured_bubble_fraction"], bubble["theoretical_bubble_fraction"]) == (0.2, 0.1)
+
+
+@pytest.fixture
+def fidelity_file(tmp_path: Path) -> Path:
+    from bench.config import RunConfig
+
+    config = RunConfig(model="mlp", preset="tiny")
+    results = [single(101.0, 100.0), speedup(8, 100.0, 150.0), speedup(8, 100.0, 90.0, target=None),
+               BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.14, 1 / 9, 100.0)]  # fmt: skip
+    path = tmp_path / "fidelity.jsonl"
+    for result in results:
+        append_record(path, fidelity_record(result, config, rounds=2, env=ENV))
+    return path
+
+
+def test_fidelity_records_are_kept_apart_from_runs(fidelity_file: Path) -> None:
+    results = load([fidelity_file])
+    assert results.runs.empty and results.failures.empty
+    assert list(results.fidelity["met"]) == ["yes", "no", "-", "yes"]
+
+
+def test_the_report_shows_each_comparison_with_its_target_and_verdict(fidelity_file: Path, tmp_path: Path) -> None:
+    # Only the fidelity file: no run, so no figure to draw, and the test stays fast.
+    assert cli.main(["report", str(fidelity_file), "--out", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split("## How far to trust these numbers")[1].split("\n## ")[0]
+    machine = "testhost, cpu (Test CPU, 2 cores)"
+    assert (f"| single vs plain PyTorch loop | ratio 1.010 (suite 101.00 ms, baseline 100.00 ms per step) | "
+            f"within 2% | yes | {machine} | False |") in section  # fmt: skip
+    assert (f"| pp vs mp, 2 stages, M=8 | speed-up 1.50 = 84% of the ideal 1.78 (pp 100.0 ms, mp 150.0 ms per step) "
+            f"| at least 85% of ideal | no | {machine} | True |") in section  # fmt: skip
+    assert "| none (for information) | - |" in section
+    assert (f"| pp bubble, 2 stages, M=8, gpipe | bubble 0.140 vs theoretical 0.111 (difference +0.029) | "
+            f"within 0.05 | yes | {machine} | True |") in section  # fmt: skip
+    assert "EMULATED" in section and "single vs plain loop: the `single` strategy's" in section
+    assert "ddp vs plain DDP script:" not in section  # explained only where measured
+    assert FIDELITY_HINT not in md
+
+
+def test_without_fidelity_records_the_report_says_how_to_make_them(tmp_path: Path) -> None:
+    runs = tmp_path / "sweep.jsonl"
+    runs.write_text(json.dumps(FAILED) + "\n")  # a row without a measurement: nothing to draw
+    build_report(load([runs]), tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert f"## How far to trust these numbers\n\n{FIDELITY_HINT}\n" in md
+    assert "python -m bench fidelity --out results/fidelity.jsonl" in FIDELITY_HINT
+
+
+def _no_measuring(*args: object, **kwargs: object) -> None:
+    raise AssertionError("bad input must stop bench fidelity before anything is measured")
+
+
+UNWRITABLE = [
+    pytest.param("file", id="under-a-file"),
+    pytest.param("/nonexistent-root-dir", id="under-root",
+                 marks=pytest.mark.skipif(os.geteuid() == 0, reason="root may create /nonexistent-root-dir")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("parent", UNWRITABLE)
+def test_an_unwritable_out_fails_in_one_line_before_anything_runs(
+    parent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if parent == "file":
+        (tmp_path / "a_file").write_text("")
+        parent = str(tmp_path / "a_file")
+    out = Path(parent) / "x.jsonl"
+    monkeypatch.setattr(cli, "single_vs_plain_loop", _no_measuring)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fidelity", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"bench fidelity: error: --out {out}: cannot write in ")
+    assert not out.exists()
+
+
+def test_the_command_prints_each_result_and_appends_its_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bubble = BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.3, 1 / 9, 100.0)
+    ddp = Comparison("ddp-vs-plain-ddp", "ddp vs plain DDP script (2 processes)", CPU2, 99.0, 100.0, tolerance=0.03)
+    monkeypatch.setattr(cli, "single_vs_plain_loop", lambda config, rounds: single(100.0, 100.0))
+    monkeypatch.setattr(cli, "ddp_vs_plain_ddp", lambda config, rounds: ddp)
+    monkeypatch.setattr(cli, "pp_vs_mp", lambda config, rounds: ([speedup(8, 100.0, 160.0)], [bubble]))
+    out = tmp_path / "fid.jsonl"
+    assert cli.main(["fidelity", "--model", "mlp", "--preset", "tiny", "--rounds", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2] == bubble.line() and printed[-3] == speedup(8, 100.0, 160.0).line()
+    assert printed[-1] == f"fidelity: 3 of 4 targets met  -> {out}"
+    records, _ = read_records(out)
+    assert [r["comparison"] for r in records] == ["single-vs-plain-loop", "ddp-vs-plain-ddp", "pp-vs-mp", "pp-bubble"]
+    assert [r["met"] for r in records] == [True, True, True, False]
+    assert all(r["rounds"] == 2 and r["env"]["hostname"] for r in records)
