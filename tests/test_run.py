@@ -48,6 +48,7 @@ def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
     assert record["achieved_flops_per_s"] == pytest.approx(record["flops_per_sample"] * record["samples_per_s"])
     assert record["mfu"] is None  # no known peak for a CPU
     assert record["emulated"] is False and record["device_count"] == 1
+    assert record["deterministic"] is False and record["restart_count"] == 0  # benchmark mode says so
     assert record["config"]["batch_size"] == 8 and record["config"]["accelerator"] == "cpu"
 
 
@@ -60,6 +61,20 @@ def test_same_seed_gives_bit_identical_losses_and_another_seed_does_not(tmp_path
     first, again = losses(0), losses(0)
     assert first == again  # bit-identical, not merely close
     assert losses(1) != first
+
+
+@pytest.mark.distributed
+def test_deterministic_mode_repeats_bit_for_bit(tmp_path: Path) -> None:
+    def run(out: Path, *extra: str) -> dict:
+        proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "cnn", "--preset", "tiny",
+                         "--steps", "3", "--warmup", "1", "--out", str(out), *extra)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return read_records(out)[0][-1]
+
+    first = run(tmp_path / "a.jsonl", "--deterministic")
+    again = run(tmp_path / "b.jsonl", "--deterministic")
+    assert first["deterministic"] is True
+    assert first["losses"] == again["losses"]  # JSON keeps a float's every bit
 
 
 def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
