@@ -49,7 +49,7 @@ def add_config_arguments(
             continue
         flag = "--" + f.name.replace("_", "-")
         help_text = docs.get(f.name, "")
-        if f.type == "bool":
+        if f.type in ("bool", "bool | None"):  # None: decided per machine and model in bench.config.resolve
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
             continue
         default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else None)

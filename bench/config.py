@@ -12,6 +12,7 @@ import torch
 import models
 from strategies import STRATEGIES, ConfigError, Launch, get_strategy
 from strategies.distributed import check_backend, check_per_device_launch, default_backend
+from strategies.precision import check_precision, default_precision
 
 ACCELERATORS = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
@@ -63,6 +64,18 @@ class RunConfig:
     scaling: str | None = None
     """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
 
+    # Training knobs: every strategy, recorded in every record.
+    precision: str = "auto"
+    """fp32, tf32 (CUDA), bf16 or fp16 (autocast; fp16 with a gradient scaler); auto: bf16 on CUDA, fp32 on CPU."""
+    channels_last: bool | None = None
+    """NHWC memory format for image models (the cnn); default: on for CUDA, off for CPU."""
+    compile: bool = False
+    """torch.compile each block (every strategy but dp: its replicas would call the original's compiled code)."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward: less memory for one more forward."""
+    peak_tflops: float | None = None
+    """Peak TFLOP/s per device for MFU (default: the data sheet's for known GPUs at --precision; none on CPUs)."""
+
     # Splitting the model (mp, pp, hybrid).
     balance: str = "even"
     """Blocks per stage, e.g. 3,2,2; or even, params (by parameter count), time (by profiled time)."""
@@ -111,11 +124,18 @@ def resolve(config: RunConfig) -> RunConfig:
         accelerator = "cuda" if gpus else "cpu"
     if accelerator == "cuda" and gpus == 0:
         raise ConfigError("--accelerator cuda asked for, but torch sees no CUDA device on this machine")
-    batch_size = config.batch_size or _default_batch_size(config)
+    facts = _model_facts(config)
+    batch_size = config.batch_size or facts.default_batch_size
     check_backend(config.backend, accelerator)
     backend = default_backend(accelerator) if config.backend == "auto" else config.backend
-    resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend)
+    check_precision(config.precision, accelerator, config.strategy)
+    precision = default_precision(accelerator) if config.precision == "auto" else config.precision
+    channels_last = _channels_last(config, accelerator, facts.image_inputs)
+    resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend,
+                                   precision=precision, channels_last=channels_last)  # fmt: skip
     strategy = get_strategy(resolved)
+    if config.compile and strategy.compile_refusal:
+        raise ConfigError(f"--compile: strategy {config.strategy!r} cannot compile: {strategy.compile_refusal}")
     if strategy.launch is Launch.PER_DEVICE:
         # Counted per node: under a many-node torchrun, --devices is the world, not this machine.
         check_per_device_launch(resolved.devices, accelerator, gpus)
@@ -157,20 +177,40 @@ def _check_numbers(config: RunConfig) -> None:
     for name in ("warmup", "max_restarts"):
         if getattr(config, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(config, name)}")
-    for name in ("lr", "timeout_s", "bucket_cap_mb"):
+    for name in ("lr", "timeout_s", "bucket_cap_mb", "peak_tflops"):
         value = getattr(config, name)
-        if not value > 0:
+        if value is not None and not value > 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
-def _default_batch_size(config: RunConfig) -> int:
+@dataclass(frozen=True)
+class ModelFacts:
+    """What validation needs to know of the model."""
+
+    default_batch_size: int
+    image_inputs: bool
+    """Inputs are 4-D (N, C, H, W): the channels-last format applies."""
+
+
+def _model_facts(config: RunConfig) -> ModelFacts:
     # Built on the meta device: no memory, no arithmetic, and a user's model that fails to
     # build fails here, before any process starts.
     try:
         with torch.device("meta"):
-            return models.build_model(config.model, config.preset, config.norm).default_batch_size
+            spec = models.build_model(config.model, config.preset, config.norm)
     except models.ModelImportError as exc:
         raise ConfigError(str(exc)) from None
+    inputs, _ = spec.make_batch(1, torch.Generator().manual_seed(0))
+    return ModelFacts(spec.default_batch_size, inputs.dim() == 4)
+
+
+def _channels_last(config: RunConfig, accelerator: str, image_inputs: bool) -> bool:
+    """Channels-last where it pays: image models on GPUs (tensor-core convolutions want NHWC)."""
+    if config.channels_last is None:
+        return image_inputs and accelerator == "cuda"
+    if config.channels_last and not image_inputs:
+        raise ConfigError(f"--channels-last applies to 4-D image inputs (the cnn); model {config.model!r} has none")
+    return config.channels_last
 
 
 def _check_checkpoint(config: RunConfig) -> None:

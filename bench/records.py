@@ -103,7 +103,11 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
     losses = global_losses(result.ranks)
     flops = result.flops_per_sample
     achieved = flops * samples_per_s if flops else None
-    peak = peak_flops_per_s(topo.devices[0], "fp32")
+    if config.peak_tflops:
+        peak, peak_source = config.peak_tflops * 1e12, "--peak-tflops"
+    else:
+        peak = peak_flops_per_s(topo.devices[0], config.precision)
+        peak_source = "data sheet" if peak else None
     cores = os.cpu_count() or 1
     return {
         "record_version": RECORD_VERSION,
@@ -119,6 +123,8 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "oversubscribed": config.accelerator == "cpu" and topo.world_size > cores,
         "threads_per_process": [r.threads for r in result.ranks],
         "global_batch_size": config.batch_size,
+        "precision": config.precision,
+        "skipped_steps": max(r.skipped_steps for r in result.ranks),
         "config": config.as_dict(),
         "step_times_ms": times_ms,
         "step_time_ms_median": median_ms,
@@ -133,6 +139,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "flops_per_sample": flops,
         "achieved_flops_per_s": achieved,
         "peak_flops_per_s_per_device": peak,
+        "peak_flops_source": peak_source,
         "mfu": achieved / (peak * topo.device_count) if achieved and peak else None,
         "strategy_fields": result.strategy_fields,
         "deterministic": config.deterministic,
@@ -163,6 +170,7 @@ def failure_record(
         "accelerator": config.accelerator,
         "device_count": config.devices,
         "global_batch_size": config.batch_size,
+        "precision": config.precision,
         "emulated": config.accelerator == "cpu" and config.devices > 1,
         "config": config.as_dict(),
         "env": env,

@@ -17,10 +17,12 @@ from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
 from bench.devices import peak_memory, reset_peak_memory, synchronize
 from bench.faults import fault_for
+from bench.knobs import apply_model_knobs
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, get_strategy
 from strategies.distributed import gather_objects, torchrun_topology
+from strategies.precision import set_tf32
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,8 @@ class RankStats:
     peak_mem_bytes: list[int] = field(default_factory=list)
     peak_mem_source: str = ""
     threads: int = 0
+    skipped_steps: int = 0
+    """Optimizer steps fp16's gradient scaler skipped (0 in other precisions)."""
     strategy_fields: dict[str, object] = field(default_factory=dict)
     """What this rank's strategy measured beyond step times (``Strategy.rank_fields``)."""
 
@@ -93,9 +97,7 @@ def prepared_run(config: RunConfig) -> Iterator[PreparedRun]:
     strategy = get_strategy(config)
     topo = topology_for(strategy, config)
     if topo.devices[0].type == "cuda":
-        # fp32 means fp32: the MFU peak for fp32 assumes no TF32 tensor-core maths.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        set_tf32(config.precision)
     if config.deterministic:
         make_deterministic()
     strategy.setup(topo)
@@ -107,6 +109,7 @@ def prepared_run(config: RunConfig) -> Iterator[PreparedRun]:
         if config.load_checkpoint:
             spec.blocks.load_state_dict(load_checkpoint(config.load_checkpoint, spec.name, config.preset))
         flops = train_flops_per_sample(spec) if topo.rank == 0 else None
+        apply_model_knobs(spec, config)
         model = strategy.prepare(spec, topo)
         optimizer = make_optimizer(config, model)
         dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
@@ -166,6 +169,8 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
             fault.trigger(topo.rank)
         # Moving this process's shard to its devices stays outside the clock: the suite times
         # the strategies, not the input pipeline.
+        if config.channels_last:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
         synchronize(topo.devices)
         start = time.perf_counter()
@@ -177,6 +182,7 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
         if topo.rank == 0:
             log.debug("step %d: %.1f ms", step, elapsed * 1e3)
     stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(topo.devices)
+    stats.skipped_steps = strategy.precision.skipped_steps
     return stats
 
 

@@ -83,7 +83,24 @@ def describe(config: dict[str, object]) -> str:
         shown.append(f"v={config['stages_per_rank']}")
     if "balance" in options and config.get("balance", "even") != "even":
         shown.append(f"balance={config['balance']}")
-    return f"{name} ({', '.join(shown)})" if shown else name
+    return f"{name} ({', '.join(shown + knob_labels(config))})" if shown or knob_labels(config) else name
+
+
+def knob_labels(config: dict[str, object]) -> list[str]:
+    """The training knobs a run used beyond its machine's defaults: ``bf16`` on a CPU, ``compiled``."""
+    from strategies.precision import default_precision
+
+    cuda = config.get("accelerator") == "cuda"
+    labels = []
+    if config.get("precision") not in (None, "auto", default_precision("cuda" if cuda else "cpu")):
+        labels.append(str(config["precision"]))
+    if config.get("channels_last") is True and not cuda:
+        labels.append("channels-last")
+    if config.get("channels_last") is False and cuda and config.get("model") == "cnn":
+        labels.append("NCHW")
+    labels += [label for key, label in (("compile", "compiled"), ("activation_checkpointing", "ckpt"))
+               if config.get(key)]  # fmt: skip
+    return labels
 
 
 def run_key(config: dict[str, object]) -> str:

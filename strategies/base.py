@@ -83,12 +83,18 @@ class Strategy(ABC):
     """The fewest devices that make the strategy what it is (a pipeline has 2 stages); sweeps plan no fewer."""
     max_devices: int | None = None
     """The most devices the strategy can use (1 for ``single``); sweeps plan no larger point."""
+    compile_refusal: str | None = None
+    """Why ``--compile`` cannot work with this strategy, in a few words; None where it can."""
     needs_gpus: bool = False
     """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
         """The resolved run configuration (defaults filled in, already validated by bench.config)."""
+        from strategies.precision import Precision  # precision.py imports ConfigError from here
+
+        self.precision = Precision(config.precision, "cuda" if config.accelerator == "cuda" else "cpu")
+        """How the step's arithmetic runs: autocast for bf16/fp16, fp16's gradient scaler."""
 
     def validate(self, gpus_available: int) -> None:
         """Raises ConfigError for a configuration this strategy cannot run. Called before any
@@ -134,9 +140,9 @@ class Strategy(ABC):
         """One optimizer step. Returns this process's mean loss, or None where this process
         computes no loss (a pipeline's first stages)."""
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
+        loss = loss_fn(self.precision.forward(model, inputs), targets)
+        self.precision.backward(loss)
+        self.precision.step(optimizer)
         return loss.detach()
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import ConfigError, Launch, Strategy, Topology
+from strategies.precision import AutocastModule
 from strategies.shards import chunk_sizes
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ class DataParallelStrategy(Strategy):
     launch = Launch.IN_PROCESS
     description = "nn.DataParallel: one process, the batch scattered over N GPUs"
     needs_gpus = True  # on a CPU it can only pass through
+    compile_refusal = (
+        "nn.DataParallel copies the module into replicas every step, and each copy would call the original's "
+        "compiled code; use ddp"
+    )
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
@@ -94,7 +99,9 @@ class DataParallelStrategy(Strategy):
                 "stands in for %d devices on 1 (recorded as effective_device_count 1)",
                 requested,
             )
-        return apply_data_parallel(spec.blocks, topo.devices)
+        # bf16/fp16: autocast inside the replicated module, where nn.DataParallel's threads see it.
+        module = AutocastModule(spec.blocks, self.precision) if self.precision.autocasts else spec.blocks
+        return apply_data_parallel(module, topo.devices)
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
@@ -106,7 +113,8 @@ class DataParallelStrategy(Strategy):
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         # Unwrapped, so that the keys carry no "module." and load into any strategy's model.
-        return model.module.state_dict()  # type: ignore[union-attr]
+        inner = model.module  # type: ignore[union-attr]
+        return (inner.module if isinstance(inner, AutocastModule) else inner).state_dict()
 
     def rank_fields(self) -> dict[str, object]:
         return {

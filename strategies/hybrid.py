@@ -235,7 +235,7 @@ class HybridStrategy(Strategy):
         average_over_replicas(self.buckets, self.buffers, self.dp_group)
         synchronize(devices)
         reduce_ms = (time.perf_counter() - reduce_start) * 1e3
-        optimizer.step()
+        self.precision.step(optimizer)
         synchronize(devices)
         # The bubble figures are pp's own: of the pipeline's time, the reduction left out.
         pipe.log.add(pipe.timer.spans(), (time.perf_counter() - start) * 1e3 - reduce_ms, pipe.timer.wall_start_s)

@@ -27,6 +27,7 @@ import models
 from models.spec import ModelSpec
 from strategies.base import ConfigError, Launch, Strategy, Topology
 from strategies.partition import balance_by_cost, even_balance, explicit_balance, parameter_counts, split_sequential
+from strategies.precision import Precision
 from strategies.schedules import check_microbatches, clock_cycles, fill_drain_bubble
 from strategies.timing import (
     BACKWARD,
@@ -120,6 +121,7 @@ def pipelined_step(
     loss_fn: nn.Module,
     microbatches: int,
     timer: StepTimer,
+    precision: Precision,
 ) -> torch.Tensor:
     """Forward and backward of one batch in ``microbatches`` pieces; returns the batch's mean loss.
 
@@ -143,12 +145,12 @@ def pipelined_step(
             x = chunks[i] if s == 0 else stage_out[s - 1][i].detach().to(device, non_blocking=True)
             x.requires_grad_(s > 0 and x.is_floating_point())
             with timer.span(s, i, FORWARD, device):
-                y = model.stages[s](x)
+                y = precision.forward(model.stages[s], x)
             stage_in[s].append(x)
             stage_out[s].append(y)
     heads = [y.detach().requires_grad_() for y in stage_out[-1]]
     loss = loss_fn(torch.cat(heads), targets)
-    loss.backward()
+    precision.backward(loss)  # fp16: the scaled loss, so every stage's gradients arrive scaled
     for clock in clock_cycles(microbatches, n):
         for i, k in clock:
             s = n - 1 - k
@@ -203,8 +205,9 @@ class ModelParallelStrategy(Strategy):
         start = time.perf_counter()
         self.timer.start(model.devices)
         optimizer.zero_grad(set_to_none=True)
-        loss = pipelined_step(model, inputs, targets, loss_fn, self.config.microbatches, self.timer)  # type: ignore[arg-type]
-        optimizer.step()
+        loss = pipelined_step(model, inputs, targets, loss_fn, self.config.microbatches, self.timer,  # type: ignore[arg-type]
+                              self.precision)  # fmt: skip
+        self.precision.step(optimizer)
         synchronize(model.devices)
         self.log.add(self.timer.spans(), (time.perf_counter() - start) * 1e3, self.timer.wall_start_s)
         return loss

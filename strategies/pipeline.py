@@ -40,6 +40,7 @@ from strategies.distributed import (
 )
 from strategies.model_parallel import check_split, stage_balance
 from strategies.partition import split_sequential
+from strategies.precision import Precision
 from strategies.schedules import (
     available_schedules,
     check_schedule,
@@ -202,10 +203,15 @@ def build_pipeline(
     pieces = split_sequential(spec.blocks, balance)
     modules = [pieces[s].to(device) for s in mine]
     timer = StepTimer()
+    precision = Precision(c.precision, device.type)
     stage_class = timed_stage_class()
     stages = []
     for s, module in zip(mine, modules, strict=True):
-        stage = stage_class(Contiguous(module), s, total, device, group=group)
+        submodule = Contiguous(module)
+        # Each stage's forward under autocast, its output back in fp32: the activations that
+        # cross between stages, and the loss, stay fp32 (bf16 on the wire would halve the bytes).
+        precision.wrap_forward(submodule)
+        stage = stage_class(submodule, s, total, device, group=group)
         stage.timer = timer
         stages.append(stage)
     import torch.distributed.pipelining as pipelining
@@ -302,7 +308,7 @@ class PipelineStrategy(Strategy):
         pipe.timer.start(self.topo.devices)
         optimizer.zero_grad(set_to_none=True)
         loss = run_schedule(pipe, inputs, targets)
-        optimizer.step()
+        self.precision.step(optimizer)
         synchronize(self.topo.devices)
         pipe.log.add(pipe.timer.spans(), (time.perf_counter() - start) * 1e3, pipe.timer.wall_start_s)
         return loss

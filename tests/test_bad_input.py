@@ -38,6 +38,13 @@ BAD_RUNS = [
     (["--model", "json:no_such_function"], "module 'json' has no function 'no_such_function'"),
     (["--steps", "three"], "argument --steps: invalid int value: 'three'"),
     (["--backend", "mpi"], "unknown backend 'mpi'; choose from auto, gloo, nccl"),
+    (["--precision", "fp8"], "unknown precision 'fp8'; choose from auto, fp32, tf32, bf16, fp16"),
+    (["--precision", "tf32", "--accelerator", "cpu"], "--precision tf32 is a CUDA tensor-core mode; on cpu choose"),
+    (["--strategy", "pp", "--devices", "2", "--precision", "fp16"],
+     "--precision fp16 needs one gradient scaler over the whole model, and pp keeps its stages in separate"),
+    (["--strategy", "dp", "--compile"], "--compile: strategy 'dp' cannot compile: nn.DataParallel copies the module"),
+    (["--model", "mlp", "--channels-last"], "--channels-last applies to 4-D image inputs (the cnn); model 'mlp' has"),
+    (["--peak-tflops", "0"], "--peak-tflops must be positive, got 0.0"),
     (["--strategy", "ddp", "--devices", "2", "--accelerator", "cpu", "--backend", "nccl"],
      "--backend nccl needs CUDA tensors, but this run is on cpu"),
 ]

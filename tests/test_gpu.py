@@ -37,7 +37,7 @@ def test_a_gpu_run_records_the_allocator_peak_and_mfu(tmp_path: Path) -> None:
 
 @needs_gpu
 def test_single_on_the_gpu_trains_like_single_on_the_cpu(tmp_path: Path) -> None:
-    config = RunConfig(model="mlp", preset="tiny", steps=3, warmup=0, out=str(tmp_path / "r.jsonl"))
+    config = RunConfig(model="mlp", preset="tiny", steps=3, warmup=0, precision="fp32", out=str(tmp_path / "r.jsonl"))
     cpu = global_losses(train(resolve(dataclasses.replace(config, accelerator="cpu"))).ranks)
     gpu = global_losses(train(resolve(dataclasses.replace(config, accelerator="cuda"))).ranks)
     torch.testing.assert_close(torch.tensor(gpu), torch.tensor(cpu), rtol=1e-4, atol=1e-5)
@@ -47,7 +47,7 @@ def test_single_on_the_gpu_trains_like_single_on_the_cpu(tmp_path: Path) -> None
 @pytest.mark.parametrize("microbatches", [1, 4])
 def test_mp_across_two_gpus_trains_like_one(microbatches: int, tmp_path: Path) -> None:
     config = resolve(RunConfig(strategy="mp", model="cnn", preset="tiny", norm="group", devices=2, steps=3,
-                               warmup=0, microbatches=microbatches, accelerator="cuda",
+                               warmup=0, microbatches=microbatches, accelerator="cuda", precision="fp32",
                                out=str(tmp_path / "r.jsonl")))  # fmt: skip
     result = train(config, capture_state=True)
     assert_matches_reference(global_losses(result.ranks), result.model_state, reference(config))
@@ -63,3 +63,28 @@ def test_multi_gpu_strategies_run_end_to_end(strategy: str, tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     (record,) = read_records(out)[0]
     assert record["device_count"] == 2 and record["emulated"] is False
+
+
+@needs_gpu
+def test_gpu_defaults_are_bf16_and_channels_last_for_the_cnn(tmp_path: Path) -> None:
+    cnn = resolve(RunConfig(model="cnn", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
+    mlp = resolve(RunConfig(model="mlp", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
+    assert (cnn.precision, cnn.channels_last) == ("bf16", True)
+    assert (mlp.precision, mlp.channels_last) == ("bf16", False)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "knobs",
+    [{"precision": "tf32"}, {"precision": "bf16", "channels_last": True}, {"precision": "fp16"}, {"compile": True},
+     {"activation_checkpointing": True}],
+    ids=["tf32", "bf16-channels-last", "fp16", "compile", "activation-checkpointing"],
+)  # fmt: skip
+def test_training_knobs_run_on_the_gpu_near_fp32(knobs: dict, tmp_path: Path) -> None:
+    config = RunConfig(model="cnn", norm="group", preset="tiny", steps=3, warmup=1, accelerator="cuda",
+                       precision="fp32", channels_last=False, out=str(tmp_path / "r.jsonl"))  # fmt: skip
+    fp32 = global_losses(train(resolve(config)).ranks)
+    losses = global_losses(train(resolve(dataclasses.replace(config, **knobs))).ranks)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    # The first loss comes before any update (and before fp16's scaler can skip one): bf16's tolerance at worst.
+    torch.testing.assert_close(torch.tensor(losses[:1]), torch.tensor(fp32[:1]), rtol=5e-2, atol=0.0)

@@ -18,7 +18,7 @@ RECORD_FIELDS = {
     "step_times_ms", "step_time_ms_median", "step_time_ms_iqr", "samples_per_s", "samples_per_s_per_device",
     "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
     "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env", "deterministic",
-    "restart_count",
+    "restart_count", "precision", "peak_flops_source", "skipped_steps",
 }  # fmt: skip
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",

@@ -1,0 +1,120 @@
+"""Training knobs: exact where they change no arithmetic, within a stated tolerance where they do.
+
+    knob                        against the same run without it     why
+    --activation-checkpointing  bit-identical (single)              the recomputed forward is the same forward
+    --channels-last             fp32 tolerance (RTOL, ATOL)         NHWC convolutions sum in another order
+    --compile                   fp32 tolerance                      inductor fuses and reorders the arithmetic
+    --precision bf16            BF16_RTOL on the losses             8-bit mantissa in the forward's matmuls
+    --precision fp16            FP16_RTOL on the first loss         10-bit mantissa; then the scaler skips
+                                                                    steps while it finds its scale
+
+Strategies under the lossy precisions are held to ``single`` at the same precision, within the
+same stated tolerances.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.cli import main
+from bench.config import RunConfig, resolve
+from bench.runner import global_losses, train
+from tests.distributed import merged_state, run_ranks_sequence
+from tests.equivalence import assert_matches_reference
+
+# Stated tolerances for the lossy precisions, over a few steps at the tiny presets: relative
+# difference of each step's loss from the fp32 run's (bf16 keeps 8 mantissa bits, fp16 10).
+BF16_RTOL = 5e-2
+FP16_RTOL = 1e-2
+
+
+def trained(config: RunConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
+    result = train(resolve(config), capture_state=True)
+    return global_losses(result.ranks), result.model_state
+
+
+def base(tmp_path: Path, **fields: object) -> RunConfig:
+    return RunConfig(preset="tiny", steps=3, warmup=1, out=str(tmp_path / "r.jsonl"), **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_activation_checkpointing_changes_no_bit(model: str, tmp_path: Path) -> None:
+    # Group norm: BatchNorm would update its running statistics again in the recomputed forward.
+    config = base(tmp_path, model=model, norm="group")
+    plain_losses, plain_state = trained(config)
+    losses, state = trained(dataclasses.replace(config, activation_checkpointing=True))
+    assert losses == plain_losses
+    assert state.keys() == plain_state.keys()  # the wrapper's prefix never reaches a checkpoint
+    assert all(torch.equal(state[k], plain_state[k]) for k in state)
+
+
+def test_channels_last_trains_like_contiguous_within_fp32_tolerance(tmp_path: Path) -> None:
+    config = base(tmp_path, model="cnn", norm="group", channels_last=False)
+    expected = trained(config)
+    assert_matches_reference(*trained(dataclasses.replace(config, channels_last=True)), expected)
+
+
+def test_compiled_and_checkpointed_mp_stages_train_like_one_plain_device(tmp_path: Path) -> None:
+    config = base(tmp_path, model="mlp")
+    expected = trained(config)
+    knobs = dataclasses.replace(config, strategy="mp", devices=2, microbatches=2, compile=True,
+                                activation_checkpointing=True)  # fmt: skip
+    assert_matches_reference(*trained(knobs), expected)
+
+
+def assert_losses_close(losses: list[float], expected: list[float], rtol: float) -> None:
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=rtol, atol=0.0)
+
+
+@pytest.mark.parametrize(("strategy", "devices"), [("single", 1), ("mp", 2)])
+def test_bf16_stays_within_its_stated_tolerance_of_fp32(strategy: str, devices: int, tmp_path: Path) -> None:
+    config = base(tmp_path, model="cnn", norm="group", strategy=strategy, devices=devices, precision="fp32")
+    fp32_losses, _ = trained(config)
+    losses, state = trained(dataclasses.replace(config, precision="bf16"))
+    assert losses != fp32_losses  # autocast did act
+    assert_losses_close(losses, fp32_losses, BF16_RTOL)
+    assert all(v.dtype == torch.float32 for v in state.values() if v.is_floating_point())  # fp32 master weights
+
+
+@pytest.mark.parametrize(("strategy", "devices"), [("single", 1), ("mp", 2)])
+def test_fp16_scales_the_loss_records_skipped_steps_and_keeps_fp32_weights(
+    strategy: str, devices: int, tmp_path: Path
+) -> None:
+    config = resolve(base(tmp_path, model="cnn", norm="group", strategy=strategy, devices=devices, precision="fp32"))
+    fp32 = train(config)
+    result = train(dataclasses.replace(config, precision="fp16"), capture_state=True)
+    losses = global_losses(result.ranks)
+    # The first loss comes before any update: fp16's forward alone, within its tolerance.
+    assert_losses_close(losses[:1], global_losses(fp32.ranks)[:1], FP16_RTOL)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    # The default initial scale, 2**16, overflows these gradients: the scaler skips the step and halves it.
+    assert result.ranks[0].skipped_steps >= 1
+    assert all(v.dtype == torch.float32 for v in result.model_state.values() if v.is_floating_point())
+
+
+@pytest.mark.distributed
+def test_ddp_and_pp_in_bf16_match_single_in_bf16(tmp_path: Path) -> None:
+    config = base(tmp_path, model="mlp", precision="bf16", batch_size=8)
+    expected_losses, _ = trained(config)
+    ddp = resolve(dataclasses.replace(config, strategy="ddp", devices=2))
+    pp = resolve(dataclasses.replace(config, strategy="pp", devices=2, microbatches=2))
+    for results in run_ranks_sequence([ddp, pp], 2, tmp_path):
+        losses = global_losses(results[0].ranks)
+        assert_losses_close(losses, expected_losses, BF16_RTOL)
+        assert len(merged_state(results)) > 0
+
+
+def test_peak_tflops_gives_an_mfu_on_the_cpu_and_no_peak_gives_none(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    for extra in ([], ["--peak-tflops", "0.5"]):
+        assert main(["run", "--model", "mlp", "--preset", "tiny", "--steps", "2", "--out", str(out), *extra]) == 0
+    without, with_peak = (json.loads(line) for line in out.read_text().splitlines())
+    assert without["mfu"] is None and without["peak_flops_source"] is None
+    assert without["precision"] == "fp32" and without["config"]["channels_last"] is False  # CPU defaults
+    assert with_peak["peak_flops_source"] == "--peak-tflops"
+    assert with_peak["mfu"] == pytest.approx(with_peak["achieved_flops_per_s"] / 0.5e12)
