@@ -21,6 +21,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-models", default="mlp,cnn,rnn", help="comma-separated (default: mlp,cnn,rnn)")
     group.addoption("--bench-preset", default=None, help="model size (default: large on GPUs, tiny on CPU)")
     group.addoption("--bench-devices", default=None, help="device counts, e.g. 1,2 (default: 1, 2, 4 ... present)")
+    group.addoption("--bench-precision", default="auto", choices=("auto", "fp32", "tf32", "bf16", "fp16"),
+                    help="--precision of every case (default: auto, bf16 on GPUs and fp32 on CPUs)")
+    group.addoption("--bench-compile", action="store_true", help="torch.compile every case's blocks (not dp)")
     group.addoption("--bench-steps", type=int, default=10, help="timed rounds per case (default: 10)")
     group.addoption("--bench-warmup", type=int, default=3, help="untimed warm-up rounds per case (default: 3)")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, in one script and under 8 minutes on one GPU, with the machine's own torch (it
+# The GPU check, in one script and under 10 minutes on one GPU, with the machine's own torch (it
 # installs nothing): the GPU tests, `pytest --benchmark` on one model, a short sweep and its report,
 # everything written into OUT_DIR. Without a GPU it runs the same steps on the CPU, sized down, and
 # says so: every record is then marked emulated.
@@ -38,8 +38,20 @@ step benchmark 150 python -m pytest -q -p no:cacheprovider tests/benchmarks --be
   --bench-preset "$preset" --bench-steps 10 --bench-warmup 3 --benchmark-json="$out/benchmark.json"
 step sweep 180 python -m bench sweep --models cnn,mlp --preset "$preset" --microbatches 4 \
   --out "$out/sweep.jsonl" --run-timeout-s 90
+# The training knobs side by side on one model: each precision, then compile and activation
+# checkpointing at the machine's default precision (tf32 exists on CUDA only).
+precisions="fp32 bf16 fp16"
+[ "$preset" = large ] && precisions="fp32 tf32 bf16 fp16"
+knob_runs() {
+  local common=(python -m bench run --model cnn --preset "$preset" --steps 5 --warmup 3 --out "$out/knobs.jsonl")
+  for p in $precisions; do "${common[@]}" --precision "$p" || return 1; done
+  "${common[@]}" --compile && "${common[@]}" --activation-checkpointing
+}
+export out preset precisions
+export -f knob_runs
+step knobs 150 bash -c knob_runs  # timeout runs programs, not shell functions
 step verify 120 python -m bench verify --models mlp --out "$out/verify.jsonl"
 inputs=()
-for f in "$out/sweep.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do [ -s "$f" ] && inputs+=("$f"); done
+for f in "$out/sweep.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do [ -s "$f" ] && inputs+=("$f"); done
 step report 60 python -m bench report "${inputs[@]}" --out "$out/report"
 exit $failed

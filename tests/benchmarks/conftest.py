@@ -18,10 +18,13 @@ class Case:
     model: str
     devices: int
     preset: str
+    precision: str = "auto"
+    compile: bool = False
 
     @property
     def id(self) -> str:
-        return f"{self.strategy}-{self.model}-{self.preset}-{self.devices}dev"
+        knobs = ("" if self.precision == "auto" else f"-{self.precision}") + ("-compiled" if self.compile else "")
+        return f"{self.strategy}-{self.model}-{self.preset}-{self.devices}dev{knobs}"
 
 
 def _device_counts(option: str | None) -> list[int]:
@@ -45,7 +48,8 @@ def cases(config: pytest.Config) -> list[Case]:
         for devices in _device_counts(config.getoption("--bench-devices")):
             if devices < cls.min_devices or (cls.max_devices is not None and devices > cls.max_devices):
                 continue
-            out += [Case(name, model, devices, preset) for model in model_names]
+            out += [Case(name, model, devices, preset, config.getoption("--bench-precision"),
+                         config.getoption("--bench-compile")) for model in model_names]  # fmt: skip
     return out
 
 
@@ -73,4 +77,5 @@ def bench_options(request: pytest.FixtureRequest) -> dict[str, object]:
 def base_config(case: Case, steps: int, warmup: int, out: str) -> RunConfig:
     return RunConfig(strategy=case.strategy, model=case.model, preset=case.preset, devices=case.devices,
                      steps=steps, warmup=warmup, out=out, microbatches=4 if "microbatches" in
-                     STRATEGIES[case.strategy].sweep_options else 1)  # fmt: skip
+                     STRATEGIES[case.strategy].sweep_options else 1, precision=case.precision,
+                     compile=case.compile)  # fmt: skip
