@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,14 +18,8 @@ from bench.config import RunConfig, gpus_available, resolve
 from bench.devices import peak_memory
 from bench.environment import environment
 from bench.explain import add_explain_parser, cmd_explain
-from bench.fidelity import (
-    FidelityResult,
-    ddp_fidelity_config,
-    ddp_vs_plain_ddp,
-    fidelity_record,
-    pp_vs_mp,
-    single_vs_plain_loop,
-)
+from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, fidelity_record, single_vs_plain_loop
+from bench.fidelity_pipeline import pp_vs_mp
 from bench.launch import launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record, failure_record
@@ -32,7 +28,13 @@ from reports import build as report
 from strategies import STRATEGIES, ConfigError, Launch, get_strategy
 from strategies.base import devices_for
 
+if TYPE_CHECKING:
+    from bench.fidelity import FidelityResult
+
 log = logging.getLogger("bench")
+
+FIDELITY_FP32 = ("precision", "channels_last", "compile", "activation_checkpointing", "peak_tflops")
+"""Knobs `bench fidelity` does not take: it compares the suite with plain fp32 loops, each as written."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(commands)
     verify.add_parser(commands)
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
-    add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out"))
+    add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
     fidelity.add_argument("--out", default="results/fidelity.jsonl",
                           help="one record per comparison, read by bench report (default: %(default)s)")  # fmt: skip
@@ -126,7 +128,8 @@ def _out_of_memory(config: RunConfig, exc: BaseException) -> int:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     try:
         # --out reaches the config, so resolve checks it is writable before anything runs, as for bench run.
-        config = resolve(config_from_args(RunConfig, args))
+        # The baselines are the tutorials' fp32 loops: the suite's side runs as they do, whatever the GPU default.
+        config = resolve(dataclasses.replace(config_from_args(RunConfig, args), precision="fp32", channels_last=False))
         ddp_config = ddp_fidelity_config(config)
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")

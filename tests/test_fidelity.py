@@ -10,15 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.fidelity import (
-    BubbleCheck,
-    Comparison,
-    PipelineRound,
-    PipelineSpeedup,
-    Setup,
-    bubble_checks,
-    fidelity_record,
-)
+from bench.fidelity import Comparison, Setup, fidelity_record
+from bench.fidelity_pipeline import BubbleCheck, PipelineRound, PipelineSpeedup, bubble_checks
 from bench.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load

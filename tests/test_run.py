@@ -6,11 +6,13 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.config import RunConfig, resolve
 from bench.records import RECORD_VERSION, read_records
 from bench.runner import global_losses, train
 from tests.conftest import run_bench
+from tests.distributed import run_ranks_sequence
 
 RECORD_FIELDS = {
     "record_version", "status", "timestamp", "strategy", "model", "preset", "accelerator", "device_count",
@@ -65,16 +67,13 @@ def test_same_seed_gives_bit_identical_losses_and_another_seed_does_not(tmp_path
 
 @pytest.mark.distributed
 def test_deterministic_mode_repeats_bit_for_bit(tmp_path: Path) -> None:
-    def run(out: Path, *extra: str) -> dict:
-        proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "cnn", "--preset", "tiny",
-                         "--steps", "3", "--warmup", "1", "--out", str(out), *extra)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return read_records(out)[0][-1]
-
-    first = run(tmp_path / "a.jsonl", "--deterministic")
-    again = run(tmp_path / "b.jsonl", "--deterministic")
-    assert first["deterministic"] is True
-    assert first["losses"] == again["losses"]  # JSON keeps a float's every bit
+    # ddp on 2 gloo ranks, twice: the same command (rerun in the same processes, which only adds
+    # ways for state to leak from the first run into the second) gives the same bits.
+    config = resolve(RunConfig(strategy="ddp", devices=2, model="cnn", preset="tiny", steps=3, warmup=1,
+                               deterministic=True, out=str(tmp_path / "r.jsonl")))  # fmt: skip
+    first, again = run_ranks_sequence([config, config], 2, tmp_path)
+    assert global_losses(first[0].ranks) == global_losses(again[0].ranks)  # bit-identical, not merely close
+    assert all(torch.equal(v, again[0].model_state[k]) for k, v in first[0].model_state.items())
 
 
 def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:

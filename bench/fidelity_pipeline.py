@@ -1,0 +1,251 @@
+"""How far to trust pp's numbers: its speed-up over mp against the ideal, and its measured bubble
+against the schedule's theory, both from pp and mp runs alternated round by round.
+
+pp runs in 2 worker processes that keep one process group for every round; mp runs in this
+process. See ``bench.fidelity`` for the comparisons against hand-written loops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import torch.multiprocessing as mp
+
+from bench.config import RunConfig, resolve
+from bench.fidelity import Setup
+from bench.launch import threads_per_process
+from bench.runner import step_times_ms, train
+from strategies.distributed import (
+    RENDEZVOUS_FILE_VARIABLE,
+    destroy_process_group,
+    init_process_group,
+    torchrun_topology,
+)
+
+log = logging.getLogger(__name__)
+
+
+PP_STAGES = 2
+SPEEDUP_TARGET = 0.85
+"""The share of the ideal p*m/(m+p-1) speed-up that pp should reach over mp on one pp rank's threads."""
+BUBBLE_TOLERANCE = 0.05
+"""How far the measured bubble fraction may be from the schedule's theoretical one."""
+BUBBLE_MICROBATCHES_PER_STAGE = 4
+"""The bubble is held to its theory only where m >= 4p: GPipe (Huang et al. 2019) finds the bubble
+negligible there, which is where pipelines are run; with fewer micro-batches it is a design choice."""
+
+
+@dataclass(frozen=True)
+class PipelineSpeedup:
+    """pp's median step time against mp's on the same stages and micro-batches."""
+
+    name: str
+    setup: Setup
+    microbatches: int
+    mp_threads: int
+    pp_ms: float
+    mp_ms: float
+    ideal: float
+    """p*m/(m+p-1): the speed-up of a perfect pipeline over running its stages one after another."""
+    target_share: float | None
+    """The share of ``ideal`` to reach; None for a figure shown for information, held to nothing."""
+
+    @property
+    def speedup(self) -> float:
+        return self.mp_ms / self.pp_ms
+
+    @property
+    def share(self) -> float:
+        return self.speedup / self.ideal
+
+    @property
+    def target(self) -> str:
+        return "none (for information)" if self.target_share is None else f"at least {self.target_share:.0%} of ideal"
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.target_share is None else self.share >= self.target_share
+
+    def line(self) -> str:
+        return (
+            f"{self.name}: speed-up {self.speedup:.2f} = {self.share:.0%} of the ideal "
+            f"{self.ideal:.2f} (pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step; target {self.target})"
+        )
+
+    def record_fields(self) -> dict[str, object]:
+        return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
+                "share_of_ideal": self.share, "suite_ms": self.pp_ms, "baseline_ms": self.mp_ms,
+                "microbatches": self.microbatches, "mp_threads": self.mp_threads, "target": self.target,
+                "met": self.met, **self.setup.record_fields()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PipelineRound:
+    """What rank 0 of the pp workers sends back for one training run."""
+
+    step_times_ms: list[float]
+    measured_bubble: float | None
+    theoretical_bubble: float | None
+    """None for zero-bubble schedules, whose bubble has no closed form."""
+
+
+@dataclass(frozen=True)
+class BubbleCheck:
+    """pp's measured bubble fraction (median over rounds) against its schedule's theoretical one."""
+
+    name: str
+    setup: Setup
+    schedule: str
+    microbatches: int
+    measured: float
+    theoretical: float
+    pp_ms: float
+    tolerance: float = BUBBLE_TOLERANCE
+
+    @property
+    def difference(self) -> float:
+        return self.measured - self.theoretical
+
+    @property
+    def target(self) -> str:
+        return f"within {self.tolerance:g}"
+
+    @property
+    def met(self) -> bool:
+        return abs(self.difference) <= self.tolerance
+
+    def line(self) -> str:
+        return (
+            f"{self.name}: measured bubble {self.measured:.3f} vs theoretical {self.theoretical:.3f} "
+            f"(difference {self.difference:+.3f}; target {self.target})"
+        )
+
+    def record_fields(self) -> dict[str, object]:
+        return {"comparison": "pp-bubble", "name": self.name, "measured_bubble_fraction": self.measured,
+                "theoretical_bubble_fraction": self.theoretical, "bubble_difference": self.difference,
+                "suite_ms": self.pp_ms, "schedule": self.schedule, "microbatches": self.microbatches,
+                "target": self.target, "met": self.met, **self.setup.record_fields()}  # fmt: skip
+
+
+def bubble_checks(rounds: dict[int, list[PipelineRound]], setup: Setup, schedule: str) -> list[BubbleCheck]:
+    """One check per micro-batch count m >= 4p that has a theoretical bubble, from its rounds' records."""
+    checks = []
+    for m, runs in sorted(rounds.items()):
+        measured = [r.measured_bubble for r in runs if r.measured_bubble is not None]
+        theoretical = runs[0].theoretical_bubble if runs else None
+        if m < BUBBLE_MICROBATCHES_PER_STAGE * setup.devices or theoretical is None or not measured:
+            continue
+        pp_ms = statistics.median(t for r in runs for t in r.step_times_ms)
+        name = f"pp bubble, {setup.devices} stages, M={m}, {schedule}"
+        checks.append(BubbleCheck(name, setup, schedule, m, statistics.median(measured), theoretical, pp_ms))
+    return checks
+
+
+def pp_vs_mp(
+    config: RunConfig, rounds: int, microbatches: tuple[int, ...] = (4, 8)
+) -> tuple[list[PipelineSpeedup], list[BubbleCheck]]:
+    """``pp`` on 2 processes against ``mp`` in this process: mlp small, balanced, M micro-batches;
+    and pp's measured bubble against its theoretical one where M >= 4p.
+
+    Both split the same blocks the same way ([4, 5] by parameter count: four hidden layers on
+    each side, the small head with the second) and feed the same micro-batches; mp runs the stages
+    one after another, pp overlaps them, so the ideal speed-up is p*m/(m+p-1).
+
+    Threads, for an honest comparison on a CPU: each pp rank gets cores // 2 threads, as the
+    launcher gives it. Against that, mp is measured twice. With the same threads as one pp rank
+    (one emulated device working at a time, as on GPUs), the ratio isolates what pipelining buys;
+    this is the figure held to the ideal. With all the cores (the same total as pp), mp's stages
+    get intra-op parallelism instead, and the ratio says whether pipelining beats that.
+    """
+    from strategies.schedules import ideal_speedup
+
+    base = dataclasses.replace(config, model="mlp", preset="small", batch_size=64, balance="params", devices=PP_STAGES,
+                               optimizer="sgd", lr=0.01)  # fmt: skip
+    setup = Setup(base.model, base.preset, PP_STAGES, base.accelerator, base.batch_size)
+    per_rank = threads_per_process(PP_STAGES) if config.accelerator == "cpu" else torch.get_num_threads()
+    sides = {"pp": per_rank, "mp": per_rank, "mp-all": torch.get_num_threads()}
+    mp_times, pp_rounds = _pipeline_rounds(base, sides, rounds, microbatches)
+    speedups = []
+    for m in microbatches:
+        pp_ms = statistics.median(t for r in pp_rounds[m] for t in r.step_times_ms)
+        for side, label, target in (("mp", f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
+                                    ("mp-all", f"{sides['mp-all']} threads", None)):  # fmt: skip
+            name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
+            speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, statistics.median(mp_times[side, m]),
+                                            ideal_speedup(PP_STAGES, m), target))  # fmt: skip
+    return speedups, bubble_checks(pp_rounds, setup, base.schedule)
+
+
+def _pipeline_rounds(
+    base: RunConfig, sides: dict[str, int], rounds: int, microbatches: tuple[int, ...]
+) -> tuple[dict[tuple[str, int], list[float]], dict[int, list[PipelineRound]]]:
+    """Alternates pp (in 2 worker processes that keep one process group) and mp's sides, round by
+    round; returns mp's step times per (side, M) and pp's rounds per M."""
+    mp_times: dict[tuple[str, int], list[float]] = {(s, m): [] for s in sides if s != "pp" for m in microbatches}
+    pp_rounds: dict[int, list[PipelineRound]] = {m: [] for m in microbatches}
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as folder:
+        inboxes = [ctx.Queue() for _ in range(PP_STAGES)]
+        outbox = ctx.Queue()
+        workers = [ctx.Process(target=_pp_worker, args=(r, inboxes[r], outbox, folder, sides["pp"]))
+                   for r in range(PP_STAGES)]  # fmt: skip
+        for w in workers:
+            w.start()
+        try:
+            for r in range(rounds):
+                order = list(sides) if r % 2 == 0 else list(reversed(sides))
+                for m in microbatches:
+                    for side in order:
+                        if side == "pp":
+                            pp = resolve(dataclasses.replace(base, strategy="pp", microbatches=m))
+                            for inbox in inboxes:
+                                inbox.put(pp)
+                            pp_rounds[m].append(outbox.get(timeout=base.timeout_s))
+                        else:
+                            mp_config = resolve(dataclasses.replace(base, strategy="mp", microbatches=m))
+                            mp_times[side, m].extend(_mp_step_times(mp_config, sides[side]))
+                log.info("round %d/%d done", r + 1, rounds)
+        finally:
+            for inbox in inboxes:
+                inbox.put(None)
+            for w in workers:
+                w.join(timeout=60)
+    return mp_times, pp_rounds
+
+
+def _mp_step_times(config: RunConfig, threads: int) -> list[float]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return step_times_ms(train(config).ranks)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _pp_worker(rank: int, inbox: object, outbox: object, folder: str, threads: int) -> None:
+    """One pp rank that keeps its process group and trains each config it is sent until None;
+    rank 0 sends back each run's step times and bubble figures."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(PP_STAGES), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(PP_STAGES))  # fmt: skip
+    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
+    torch.set_num_threads(threads)
+    group_made = False
+    try:
+        while (config := inbox.get()) is not None:  # type: ignore[attr-defined]
+            if not group_made:
+                init_process_group(torchrun_topology(config.accelerator), config.timeout_s)  # pp keeps it
+                group_made = True
+            result = train(config)
+            if rank == 0:
+                fields = result.strategy_fields
+                bubbles = (fields.get("measured_bubble_fraction"), fields.get("theoretical_bubble_fraction"))
+                outbox.put(PipelineRound(step_times_ms(result.ranks), *bubbles))  # type: ignore[attr-defined,arg-type]
+    finally:
+        if group_made:
+            destroy_process_group()
