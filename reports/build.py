@@ -126,7 +126,7 @@ def _fidelity(fidelity: pd.DataFrame) -> Section:
     if warning:
         section.paragraphs.append(f"{warning}. Rows marked emulated time several processes sharing the CPU's cores: "
                                   "they say what the harness costs there, not how a GPU machine would do.")  # fmt: skip
-    columns = ["name", "measured", "target", "met", "machine", "emulated"]
+    columns = ["name", "model", "measured", "target", "met", "machine", "emulated"]
     section.tables.append(fidelity[columns].rename(columns={"name": "comparison"}))
     return section
 

@@ -95,8 +95,11 @@ def load(paths: list[Path]) -> Results:
         for r in records if r.get("kind", "run") == "run" and r["status"] != "ok"
     ]  # fmt: skip
     verify = [r for r in records if r.get("kind") == "verify"]
-    fidelity = [fidelity_row(r) for r in records if r.get("kind") == "fidelity" and r["status"] == "ok"]
-    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=_frame(fidelity))
+    fidelity = _frame([fidelity_row(r) for r in records if r.get("kind") == "fidelity" and r["status"] == "ok"])
+    if not fidelity.empty:
+        # A rerun of `bench fidelity` into the same file supersedes its earlier figures from the same machine.
+        fidelity = fidelity.drop_duplicates(subset=["name", "model", "machine"], keep="last").reset_index(drop=True)
+    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity)
 
 
 def fidelity_row(record: dict[str, object]) -> dict[str, object]:
@@ -105,6 +108,7 @@ def fidelity_row(record: dict[str, object]) -> dict[str, object]:
     return {
         "comparison": record["comparison"],
         "name": record["name"],
+        "model": f"{record['model']}/{record['preset']}",
         "measured": _fidelity_figure(record),
         "target": record["target"],
         # None: a figure shown for information, held to no target.

@@ -98,15 +98,19 @@ def test_fp16_scales_the_loss_records_skipped_steps_and_keeps_fp32_weights(
 
 
 @pytest.mark.distributed
-def test_ddp_and_pp_in_bf16_match_single_in_bf16(tmp_path: Path) -> None:
+def test_ddp_and_pp_in_bf16_match_single_in_bf16_and_checkpointed_pp_stages_match_exactly(tmp_path: Path) -> None:
     config = base(tmp_path, model="mlp", precision="bf16", batch_size=8)
     expected_losses, _ = trained(config)
+    fp32 = dataclasses.replace(config, precision="fp32")
+    fp32_expected = trained(fp32)
     ddp = resolve(dataclasses.replace(config, strategy="ddp", devices=2))
     pp = resolve(dataclasses.replace(config, strategy="pp", devices=2, microbatches=2))
-    for results in run_ranks_sequence([ddp, pp], 2, tmp_path):
-        losses = global_losses(results[0].ranks)
-        assert_losses_close(losses, expected_losses, BF16_RTOL)
-        assert len(merged_state(results)) > 0
+    checkpointed = resolve(dataclasses.replace(fp32, strategy="pp", devices=2, microbatches=2,
+                                               activation_checkpointing=True))  # fmt: skip
+    *bf16_runs, checkpointed_run = run_ranks_sequence([ddp, pp, checkpointed], 2, tmp_path)
+    for results in bf16_runs:
+        assert_losses_close(global_losses(results[0].ranks), expected_losses, BF16_RTOL)
+    assert_matches_reference(global_losses(checkpointed_run[0].ranks), merged_state(checkpointed_run), fp32_expected)
 
 
 def test_peak_tflops_gives_an_mfu_on_the_cpu_and_no_peak_gives_none(tmp_path: Path) -> None:
