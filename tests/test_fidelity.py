@@ -3,6 +3,7 @@ anything: the measuring functions are replaced by fakes, so each test takes well
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -89,7 +90,8 @@ def fidelity_file(tmp_path: Path) -> Path:
     from bench.config import RunConfig
 
     config = RunConfig(model="mlp", preset="tiny")
-    results = [single(101.0, 100.0), speedup(8, 100.0, 150.0), speedup(8, 100.0, 90.0, target=None),
+    on_all_cores = dataclasses.replace(speedup(8, 100.0, 90.0, target=None), name="pp vs mp, 2 stages, M=8, all cores")
+    results = [single(101.0, 100.0), speedup(8, 100.0, 150.0), on_all_cores,
                BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.14, 1 / 9, 100.0)]  # fmt: skip
     path = tmp_path / "fidelity.jsonl"
     for result in results:
@@ -103,18 +105,28 @@ def test_fidelity_records_are_kept_apart_from_runs(fidelity_file: Path) -> None:
     assert list(results.fidelity["met"]) == ["yes", "no", "-", "yes"]
 
 
+def test_a_rerun_supersedes_the_earlier_figures_from_the_same_machine(fidelity_file: Path) -> None:
+    from bench.config import RunConfig
+
+    append_record(fidelity_file, fidelity_record(single(110.0, 100.0), RunConfig(), rounds=2, env=ENV))
+    rows = load([fidelity_file]).fidelity
+    assert len(rows) == 4
+    (again,) = rows[rows["name"] == "single vs plain PyTorch loop"].to_dict("records")
+    assert again["met"] == "no" and again["measured"].startswith("ratio 1.100")
+
+
 def test_the_report_shows_each_comparison_with_its_target_and_verdict(fidelity_file: Path, tmp_path: Path) -> None:
     # Only the fidelity file: no run, so no figure to draw, and the test stays fast.
     assert cli.main(["report", str(fidelity_file), "--out", str(tmp_path / "report")]) == 0
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split("## How far to trust these numbers")[1].split("\n## ")[0]
     machine = "testhost, cpu (Test CPU, 2 cores)"
-    assert (f"| single vs plain PyTorch loop | ratio 1.010 (suite 101.00 ms, baseline 100.00 ms per step) | "
+    assert (f"| single vs plain PyTorch loop | mlp/tiny | ratio 1.010 (suite 101.00 ms, baseline 100.00 ms per step) | "
             f"within 2% | yes | {machine} | False |") in section  # fmt: skip
-    assert (f"| pp vs mp, 2 stages, M=8 | speed-up 1.50 = 84% of the ideal 1.78 (pp 100.0 ms, mp 150.0 ms per step) "
+    assert (f"| pp vs mp, 2 stages, M=8 | mlp/small | speed-up 1.50 = 84% of the ideal 1.78 (pp 100.0 ms, mp 150.0 ms per step) "
             f"| at least 85% of ideal | no | {machine} | True |") in section  # fmt: skip
     assert "| none (for information) | - |" in section
-    assert (f"| pp bubble, 2 stages, M=8, gpipe | bubble 0.140 vs theoretical 0.111 (difference +0.029) | "
+    assert (f"| pp bubble, 2 stages, M=8, gpipe | mlp/small | bubble 0.140 vs theoretical 0.111 (difference +0.029) | "
             f"within 0.05 | yes | {machine} | True |") in section  # fmt: skip
     assert "EMULATED" in section and "single vs plain loop: the `single` strategy's" in section
     assert "ddp vs plain DDP script:" not in section  # explained only where measured
