@@ -57,8 +57,10 @@ def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(tmp_path: 
     out = tmp_path / "s.jsonl"
     args = [*SWEEP, "--strategies", "single", "--devices", "1", "--models", "mlp,tests.faulty_models:stalling,rnn",
             "--out", str(out)]  # fmt: skip
+    # As from a terminal: a runner started in the background (`cmd &`) hands its children SIGINT ignored.
     sweep = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**_env(), "PYTHONPATH": "."})  # fmt: skip
+                             stderr=subprocess.PIPE, text=True, env={**_env(), "PYTHONPATH": "."},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 120
     while not (out.exists() and out.read_text().count("\n") == 1):  # the first row is in: mlp
         assert time.monotonic() < deadline and sweep.poll() is None
