@@ -31,6 +31,7 @@ from bench.environment import environment
 from bench.launch import child_command
 from bench.records import RecordError, append_record, failure_record, read_records
 from strategies import STRATEGIES, ConfigError, Launch
+from strategies.precision import default_precision
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +84,12 @@ def describe(config: dict[str, object]) -> str:
         shown.append(f"v={config['stages_per_rank']}")
     if "balance" in options and config.get("balance", "even") != "even":
         shown.append(f"balance={config['balance']}")
-    return f"{name} ({', '.join(shown + knob_labels(config))})" if shown or knob_labels(config) else name
+    shown += knob_labels(config)
+    return f"{name} ({', '.join(shown)})" if shown else name
 
 
 def knob_labels(config: dict[str, object]) -> list[str]:
     """The training knobs a run used beyond its machine's defaults: ``bf16`` on a CPU, ``compiled``."""
-    from strategies.precision import default_precision
-
     cuda = config.get("accelerator") == "cuda"
     labels = []
     if config.get("precision") not in (None, "auto", default_precision("cuda" if cuda else "cpu")):
