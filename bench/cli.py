@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import models
-from bench import sweep, verify
+from bench import failures, sweep, verify
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, gpus_available, resolve
 from bench.devices import peak_memory
@@ -101,10 +101,17 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         return launch_local(config.devices, argv, config.accelerator, config.max_restarts)
     if under_torchrun() and config.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    rank = int(os.environ.get("RANK", "0"))
+    failures.note_started(rank)
     try:
         result = train(config)
     except torch.OutOfMemoryError as exc:
+        failures.note_failure(rank, exc)
         return _out_of_memory(config, exc)
+    except BaseException as exc:
+        failures.note_failure(rank, exc)
+        raise
+    failures.note_done(rank)
     if result.topology.rank != 0:
         return 0
     record = build_record(config, result, environment())

@@ -24,10 +24,10 @@ from bench.baselines.plain_ddp import plain_ddp_step_times
 from bench.baselines.plain_loop import plain_step_times
 from bench.config import RunConfig, resolve
 from bench.launch import threads_per_process
+from bench.ranks import become_rank
 from bench.records import RECORD_VERSION
 from bench.runner import step_times_ms, train
 from strategies.distributed import (
-    RENDEZVOUS_FILE_VARIABLE,
     destroy_process_group,
     gather_objects,
     init_process_group,
@@ -160,8 +160,7 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
 
 def _ddp_worker(rank: int, config: RunConfig, rounds: int, folder: str) -> None:
     world = DDP_PROCESSES
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
+    become_rank(rank, world, folder)
     topo = torchrun_topology(config.accelerator)
     if config.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(world))  # as the launcher sets it for `bench run`

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ import torch.multiprocessing as mp
 from bench.config import RunConfig, resolve
 from bench.fidelity import Setup
 from bench.launch import threads_per_process
+from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
 from strategies.distributed import (
-    RENDEZVOUS_FILE_VARIABLE,
     destroy_process_group,
     init_process_group,
     torchrun_topology,
@@ -235,9 +234,7 @@ def _mp_step_times(config: RunConfig, threads: int) -> list[float]:
 def _pp_worker(rank: int, inbox: object, outbox: object, folder: str, threads: int) -> None:
     """One pp rank that keeps its process group and trains each config it is sent until None;
     rank 0 sends back each run's step times and bubble figures."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(PP_STAGES), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(PP_STAGES))  # fmt: skip
-    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
+    become_rank(rank, PP_STAGES, folder)
     torch.set_num_threads(threads)
     group_made = False
     try:

@@ -15,8 +15,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
+from bench import processes
+from bench.failures import FAILURE_DIR_VARIABLE, read_failures
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
 log = logging.getLogger(__name__)
@@ -58,10 +63,18 @@ def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0) -> dict[st
 
 
 def launch_local(nproc: int, bench_args: list[str], accelerator: str, max_restarts: int = 0) -> int:
-    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code."""
+    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code.
+
+    torchrun's output passes through; after a failure, one line below it says which rank failed
+    first, at which step, and how the others ended."""
     command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
-    return subprocess.run(command, env=torchrun_env(nproc, accelerator, max_restarts), check=False).returncode
+    with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes:
+        env = {**torchrun_env(nproc, accelerator, max_restarts), FAILURE_DIR_VARIABLE: notes}
+        returncode = processes.run(command, env)
+        if returncode != 0:
+            print(f"bench run: {read_failures(Path(notes)).line()}", file=sys.stderr)
+    return returncode
 
 
 def child_command(
@@ -72,3 +85,57 @@ def child_command(
     if per_device:
         return torchrun_command(nproc, bench_args, max_restarts), torchrun_env(nproc, accelerator, max_restarts)
     return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How one child run ended."""
+
+    status: str
+    """``ok``, ``failed``, ``oom`` or ``timeout``."""
+    reason: str
+    """One line: which rank failed first, at which step, with what; empty when ok."""
+    seconds: float
+
+
+def run_child(command: list[str], env: dict[str, str], timeout_s: float, log_path: Path | None = None) -> ChildOutcome:
+    """Runs a ``bench run`` child (or torchrun over it) to its end or ``timeout_s``, whichever comes first.
+
+    Its whole output goes to ``log_path`` (else nowhere); the outcome carries one line from the
+    ranks' own notes (bench/failures.py). Nothing it started outlives this call or its caller."""
+    with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes, _output(log_path) as output:
+        start = time.monotonic()
+        child = processes.start(command, {**env, FAILURE_DIR_VARIABLE: notes}, stdout=output, stderr=output)
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            processes.stop(child)
+            return ChildOutcome("timeout", f"no result within {timeout_s:.0f} s", time.monotonic() - start)
+        except BaseException:  # Ctrl-C: leave no worker behind, then let the caller stop
+            processes.stop(child)
+            raise
+        seconds = time.monotonic() - start
+        if child.returncode == 0:
+            return ChildOutcome("ok", "", seconds)
+        ended = read_failures(Path(notes))
+        if ended.failures or ended.vanished:
+            reason = ended.line()
+        else:  # it ended before any rank began (a bad argument, an import error): its last words say why
+            reason = f"exit code {child.returncode} before any rank started: {_last_line(log_path)}"
+        if log_path is not None:
+            reason += f" (log: {log_path})"
+        return ChildOutcome(ended.status, reason[:1000], seconds)
+
+
+def _last_line(log_path: Path | None) -> str:
+    if log_path is None or not log_path.exists():
+        return ""
+    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _output(log_path: Path | None):  # noqa: ANN202
+    if log_path is None:
+        return open(os.devnull, "w")  # noqa: SIM115
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return open(log_path, "w")  # noqa: SIM115

@@ -16,12 +16,13 @@ import models
 from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
 from bench.devices import peak_memory, reset_peak_memory, synchronize
+from bench.failures import note_step
 from bench.faults import fault_for
 from bench.knobs import apply_model_knobs
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, get_strategy
-from strategies.distributed import gather_objects, torchrun_topology
+from strategies.distributed import gather_objects, process_group, torchrun_topology
 from strategies.precision import set_tf32
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,8 @@ class PreparedRun:
 
 
 @contextmanager
-def prepared_run(config: RunConfig) -> Iterator[PreparedRun]:
+def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> Iterator[PreparedRun]:
     """Sets up ``config`` (already resolved) on this process; tears the strategy down on exit."""
-    strategy = get_strategy(config)
-    topo = topology_for(strategy, config)
     if topo.devices[0].type == "cuda":
         set_tf32(config.precision)
     if config.deterministic:
@@ -135,7 +134,17 @@ def train(config: RunConfig, capture_state: bool = False) -> RunResult:
 
     With ``capture_state`` the result also holds this process's trained parameters, as the
     equivalence checks compare them with the single-device reference's."""
-    with prepared_run(config) as run:
+    strategy = get_strategy(config)
+    topo = topology_for(strategy, config)
+    if strategy.launch is not Launch.PER_DEVICE:
+        return _train(config, strategy, topo, capture_state)
+    # The group outlives the run's objects (the model, its DDP reducer), which die with _train's frame.
+    with process_group(topo, config.timeout_s, config.backend):
+        return _train(config, strategy, topo, capture_state)
+
+
+def _train(config: RunConfig, strategy: Strategy, topo: Topology, capture_state: bool) -> RunResult:
+    with prepared_run(config, strategy, topo) as run:
         stats = _timed_steps(run, config)
         stats.strategy_fields = run.strategy.rank_fields()
         ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
@@ -165,17 +174,21 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
     fault = fault_for(topo.rank)
     for step, (inputs, targets) in enumerate(batches):
-        if fault is not None and fault.step == step:
-            fault.trigger(topo.rank)
-        # Moving this process's shard to its devices stays outside the clock: the suite times
-        # the strategies, not the input pipeline.
-        if config.channels_last:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
-        inputs, targets = strategy.shard_batch(inputs, targets, topo)
-        synchronize(topo.devices)
-        start = time.perf_counter()
-        loss = run.step(inputs, targets)
-        elapsed = time.perf_counter() - start
+        try:
+            if fault is not None and fault.step == step:
+                fault.trigger(topo.rank)
+            # Moving this process's shard to its devices stays outside the clock: the suite times
+            # the strategies, not the input pipeline.
+            if config.channels_last:
+                inputs = inputs.contiguous(memory_format=torch.channels_last)
+            inputs, targets = strategy.shard_batch(inputs, targets, topo)
+            synchronize(topo.devices)
+            start = time.perf_counter()
+            loss = run.step(inputs, targets)
+            elapsed = time.perf_counter() - start
+        except BaseException as exc:
+            note_step(exc, step)  # for the one line that says where a failed run failed
+            raise
         stats.losses.append(None if loss is None else float(loss))
         if step >= config.warmup:
             stats.step_times_s.append(elapsed)

@@ -15,20 +15,18 @@ import json
 import logging
 import os
 import re
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
 import models
+from bench import launch
 from bench.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
 from bench.config import SCALINGS, RunConfig, gpus_available, resolve
 from bench.environment import environment
-from bench.launch import child_command
+from bench.launch import ChildOutcome, child_command
 from bench.records import RecordError, append_record, failure_record, read_records
 from strategies import STRATEGIES, ConfigError, Launch
 from strategies.precision import default_precision
@@ -173,13 +171,14 @@ def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> 
         bar.set_postfix_str(run.label)
         key = run_key(run.config.as_dict())
         rows_before = _rows_for(out, key)
-        status, reason, seconds = run_child(run.config, sweep.run_timeout_s)
-        counts[status] += 1
-        if status != "ok":
-            log.warning("%s: %s: %s", run.label, status, reason)
+        ended = run_child(run.config, sweep.run_timeout_s, child_log(out, run.label))
+        counts[ended.status] += 1
+        if ended.status != "ok":
+            log.warning("%s: %s: %s", run.label, ended.status, ended.reason)
             # A child that ran out of memory wrote its own row, with its memory figures.
             if _rows_for(out, key) == rows_before:
-                append_record(out, failure_record(run.config, status, reason, environment(), duration_s=seconds))
+                row = failure_record(run.config, ended.status, ended.reason, environment(), duration_s=ended.seconds)
+                append_record(out, row)
     return counts
 
 
@@ -189,69 +188,19 @@ def _rows_for(out: Path, key: str) -> int:
     return sum(run_key(r["config"]) == key for r in read_records(out)[0] if isinstance(r.get("config"), dict))
 
 
-def run_child(config: RunConfig, timeout_s: float) -> tuple[str, str, float]:
-    """``bench run`` for one configuration in a fresh process group; (status, reason, seconds)."""
+def run_child(config: RunConfig, timeout_s: float, log_path: Path | None = None) -> ChildOutcome:
+    """``bench run`` for one configuration in a fresh process (torchrun where it needs one)."""
     per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
     command, env = child_command(
         ["run", *config_to_argv(config)], per_device, config.devices, config.accelerator, config.max_restarts
     )
-    start = time.monotonic()
-    # A new session, so that a timeout or Ctrl-C can end the child and every torchrun worker under it.
-    child = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
-    )
-    try:
-        _, stderr = child.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(child)
-        return "timeout", f"no result within {timeout_s:.0f} s", time.monotonic() - start
-    except BaseException:  # Ctrl-C: leave no worker behind, then let the sweep stop
-        _kill_group(child)
-        raise
-    seconds = time.monotonic() - start
-    if child.returncode == 0:
-        return "ok", "", seconds
-    return _classify(stderr), _reason(stderr, child.returncode), seconds
+    return launch.run_child(command, env, timeout_s, log_path)
 
 
-def _classify(stderr: str) -> str:
-    """oom, timeout (a collective that waited out --timeout-s for a stalled peer) or failed."""
-    if "OutOfMemoryError" in stderr or "out of memory" in stderr:
-        return "oom"
-    if "Timed out" in stderr or "timed out" in stderr or "DistNetworkError" in stderr:
-        return "timeout"
-    return "failed"
-
-
-def _kill_group(child: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _reason(stderr: str, returncode: int) -> str:
-    """The most telling line of a failed child's stderr, with the failing rank where torchrun names it.
-
-    torchrun prints the workers' tracebacks (lines prefixed ``[rankN]:``) and then its own
-    ChildFailedError summary; the first worker exception is the cause, the rest are its echoes
-    (peers that lost their connection, the launcher giving up).
-    """
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    rank_error = re.compile(r"^\[rank(\d+)\]:\s*(\w+(Error|Exception)\b.*)$")
-    for line in lines:
-        match = rank_error.match(line)
-        if match and "Connection closed by peer" not in line:
-            return f"rank {match.group(1)}: {match.group(2)}"[:500]
-    errors = [line for line in lines if re.match(r"^\w+(Error|Exception)\b", line) and "ChildFailedError" not in line]
-    errors = errors or [line for line in lines if "error:" in line or "Error" in line]
-    return (errors or lines or [f"exit code {returncode}"])[-1][:500]
+def child_log(out: Path, label: str) -> Path:
+    """Where a sweep keeps a child's whole output: beside its results, named by its label."""
+    name = re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_")
+    return out.parent / f"{out.stem}.logs" / f"{name}.log"
 
 
 def default_device_counts(accelerator: str) -> tuple[int, ...]:

@@ -68,7 +68,8 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
         for model in model_names:
             want = resolve(dataclasses.replace(reference_config(model, folder, steps),
                                                save_checkpoint=str(folder / f"single-{model}.pt")))  # fmt: skip
-            status, reason, _ = run_child(want, timeout_s)
+            reference_run = run_child(want, timeout_s)
+            status, reason = reference_run.status, reference_run.reason
             for strategy in strategies:
                 row = {"record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
                        "devices": devices, "max_param_diff": None, "max_loss_diff": None, "passed": False}  # fmt: skip
@@ -83,9 +84,9 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                 except ConfigError as exc:
                     row.update(passed=None, reason=f"skipped: {exc}")
                     continue
-                got_status, got_reason, _ = run_child(got, timeout_s)
-                if got_status != "ok":
-                    row["reason"] = f"{got_status}: {got_reason}"
+                ended = run_child(got, timeout_s)
+                if ended.status != "ok":
+                    row["reason"] = f"{ended.status}: {ended.reason}"
                     continue
                 records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
                 param_diff, loss_diff, passed = compare(got, want, records)

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models.spec import ModelSpec
 from strategies.base import ConfigError, Launch, Strategy, Topology
-from strategies.distributed import backend, destroy_process_group, init_process_group, is_initialized
+from strategies.distributed import backend
 from strategies.shards import check_divisible, shard_range
 
 
@@ -61,8 +61,6 @@ class DistributedDataParallelStrategy(Strategy):
     launch = Launch.PER_DEVICE
     description = "DistributedDataParallel: one process per device (torchrun), gradients all-reduced"
 
-    _owns_group = False
-    """True when ``setup`` created the process group (and so ``teardown`` destroys it)."""
 
     def validate(self, gpus_available: int) -> None:
         # One-process-per-GPU and torchrun's world size are checked for every PER_DEVICE
@@ -76,18 +74,6 @@ class DistributedDataParallelStrategy(Strategy):
             raise ConfigError(
                 "--sync-batchnorm needs CUDA: torch's SyncBatchNorm rejects CPU tensors, so it cannot run on gloo/CPU"
             )
-
-    def setup(self, topo: Topology) -> None:
-        # A caller that already formed the group (the fidelity benchmark, which alternates with
-        # a hand-written script in the same processes) keeps it: destroy only what we create.
-        if not is_initialized():
-            init_process_group(topo, self.config.timeout_s, self.config.backend)
-            self._owns_group = True
-
-    def teardown(self) -> None:
-        if self._owns_group:
-            destroy_process_group()
-            self._owns_group = False
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         c = self.config

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import os
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -77,6 +81,32 @@ def init_process_group(topo: Topology, timeout_s: float, backend: str = "auto") 
         timeout=datetime.timedelta(seconds=timeout_s),
         device_id=device if backend == "nccl" else None,
     )
+
+
+@contextmanager
+def process_group(topo: Topology, timeout_s: float, backend: str = "auto") -> Iterator[None]:
+    """The default process group for the body, formed unless the caller already formed one
+    (tests and the fidelity benchmark keep one group for several runs), destroyed after it.
+
+    Everything that holds the group must be gone before it is destroyed. DDP's C++ reducer holds
+    it, and a reducer freed afterwards runs the group's destructor while holding the GIL: that
+    destructor joins gloo's worker threads, one of which may still be releasing a finished
+    collective's tensors, which needs the GIL. On torch 2.11 this hung 1 ``bench run`` exit in
+    a few. So the body's frames are cleared (also those an exception's traceback keeps alive),
+    and the garbage collected, first.
+    """
+    owner = not is_initialized()
+    if owner:
+        init_process_group(topo, timeout_s, backend)
+    try:
+        yield
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)
+        raise
+    finally:
+        gc.collect()
+        if owner:
+            destroy_process_group()
 
 
 def destroy_process_group() -> None:

@@ -44,10 +44,7 @@ from strategies.distributed import (
     all_reduce_mean,
     backend,
     broadcast_from_first,
-    destroy_process_group,
     device_mesh,
-    init_process_group,
-    is_initialized,
 )
 from strategies.pipeline import (
     build_pipeline,
@@ -157,8 +154,6 @@ class HybridStrategy(Strategy):
     description = "dp x pp on a 2-D DeviceMesh: --dp replicas of a --pp-rank pipeline, stage gradients averaged"
     sweep_options = ("microbatches", "schedule")
 
-    _owns_group = False
-
     def validate(self, gpus_available: int) -> None:
         c = self.config
         try:
@@ -174,9 +169,6 @@ class HybridStrategy(Strategy):
         check_pipeline(replica_config(c, dp), pp)
 
     def setup(self, topo: Topology) -> None:
-        if not is_initialized():
-            init_process_group(topo, self.config.timeout_s, self.config.backend)
-            self._owns_group = True
         check_p2p_backend(topo.devices[0].type, backend() or "none")
         self.shape = self.dp, self.pp = mesh_shape(self.config.devices, self.config.dp, self.config.pp)
         self.mesh: Any = device_mesh(topo.devices[0].type, self.shape, MESH_DIMS)
@@ -188,11 +180,6 @@ class HybridStrategy(Strategy):
         )
         if built != expected:
             raise RuntimeError(f"DeviceMesh put rank {topo.rank} at {built}, expected {expected}")
-
-    def teardown(self) -> None:
-        if self._owns_group:
-            destroy_process_group()
-            self._owns_group = False
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         c = self.config

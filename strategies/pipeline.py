@@ -28,20 +28,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.torch_version import TorchVersion
 
 from models.spec import ModelSpec
 from strategies.base import ConfigError, Launch, Strategy, Topology
 from strategies.distributed import (
     backend,
-    destroy_process_group,
+    default_backend,
     gather_objects,
-    init_process_group,
-    is_initialized,
 )
 from strategies.model_parallel import check_split, stage_balance
 from strategies.partition import split_sequential
 from strategies.precision import Precision
 from strategies.schedules import (
+    ScheduleInfo,
     available_schedules,
     check_schedule,
     schedule_info,
@@ -72,6 +72,22 @@ def check_p2p_backend(device_type: str, backend: str) -> None:
             f"pipelines on cuda need the nccl backend: {backend} cannot send CUDA tensors point to point; "
             "use --backend nccl (or auto)"
         )
+
+
+V_SHAPE_ON_GLOO_SINCE = (2, 14)
+"""The oldest torch whose V-shaped schedules ran here on gloo (2.14.1). On 2.11 their stage set-up
+sends each rank a tensor from itself (its two stages are neighbours), which gloo refuses with
+"Pair is not connected"; 2.12 and 2.13 are untested, so they are refused as well."""
+
+
+def torch_refusal(info: ScheduleInfo, backend: str, version: str = torch.__version__) -> str | None:
+    """Why this torch cannot run schedule ``info`` over ``backend`` (resolved), or None where it can."""
+    if info.v_shape and backend == "gloo" and TorchVersion(version) < V_SHAPE_ON_GLOO_SINCE:
+        since = ".".join(map(str, V_SHAPE_ON_GLOO_SINCE))
+        return (f"schedule {info.name!r} on gloo needs torch {since} or newer: torch {version} sends a rank a "
+                "tensor from itself while setting up its two stages, which gloo refuses; use interleaved-zb, "
+                "or --backend nccl on GPUs")  # fmt: skip
+    return None
 
 
 def timed_stage_class() -> type:
@@ -159,6 +175,8 @@ def check_pipeline(config: RunConfig, ranks: int) -> None:
         check_p2p_backend(c.accelerator, c.backend)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if refusal := torch_refusal(info, default_backend(c.accelerator) if c.backend == "auto" else c.backend):
+        raise ConfigError(refusal)
     check_split(c, ranks * c.stages_per_rank)
 
 
@@ -273,22 +291,12 @@ class PipelineStrategy(Strategy):
     description = "pipeline parallel (torch.distributed.pipelining): one process per stage, --schedule"
     sweep_options = ("microbatches", "schedule", "stages_per_rank", "balance")
 
-    _owns_group = False
 
     def validate(self, gpus_available: int) -> None:
         check_pipeline(self.config, self.config.devices)
 
     def setup(self, topo: Topology) -> None:
-        # A group formed by the caller (tests, the fidelity benchmark) is kept, and checked.
-        if not is_initialized():
-            init_process_group(topo, self.config.timeout_s, self.config.backend)
-            self._owns_group = True
         check_p2p_backend(topo.devices[0].type, backend() or "none")
-
-    def teardown(self) -> None:
-        if self._owns_group:
-            destroy_process_group()
-            self._owns_group = False
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         self.topo = topo

@@ -15,7 +15,7 @@ import torch
 import torch.multiprocessing as mp
 
 from bench.config import RunConfig
-from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
+from bench.ranks import become_rank
 
 
 def run_ranks(config: RunConfig, world_size: int, folder: Path, timeout_s: float = 180) -> list:
@@ -32,10 +32,7 @@ def merged_state(results: list) -> dict[str, torch.Tensor]:
 
 
 def _sequence_main(rank: int, world_size: int, configs: list[RunConfig], folder: str) -> None:
-    os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
-    )
-    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
+    become_rank(rank, world_size, folder)
     torch.set_num_threads(1)
     from bench.runner import train
     from strategies.base import Topology

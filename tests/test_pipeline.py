@@ -14,6 +14,7 @@ import pytest
 from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import global_losses
+from strategies.pipeline import torch_refusal
 from strategies.schedules import BY_NAME, available_schedules, theoretical_bubble
 from tests.conftest import run_bench
 from tests.distributed import merged_state, run_ranks_sequence
@@ -21,6 +22,8 @@ from tests.equivalence import assert_matches_reference, reference
 from tests.test_bad_input import run_in_process
 
 SCHEDULES = available_schedules()
+RUNNABLE = [name for name in SCHEDULES if torch_refusal(BY_NAME[name], "gloo") is None]
+"""On torch 2.11 the V-shaped schedules are refused on gloo (strategies/pipeline.py says why)."""
 BASE = RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, steps=3, warmup=1, microbatches=4)
 
 
@@ -31,7 +34,7 @@ def _config(**changes: object) -> RunConfig:
 CONFIGS = {
     **{
         f"mlp-{name}": _config(schedule=name, stages_per_rank=BY_NAME[name].min_v if BY_NAME[name].multi_stage else 1)
-        for name in SCHEDULES
+        for name in RUNNABLE
     },
     "rnn-gpipe": _config(model="rnn"),
     "cnn-gpipe-time-balance": _config(model="cnn", norm="group", balance="time"),
@@ -123,4 +126,27 @@ def test_bad_split_is_one_clear_line(
     assert code == 2
     assert err.count("\n") == 1, err
     assert message in err
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.14.1"])
+def test_v_shaped_schedules_are_refused_on_gloo_before_torch_2_14(version: str) -> None:
+    refusal = torch_refusal(BY_NAME["zbv"], "gloo", version)
+    if version.startswith("2.11"):
+        assert refusal is not None and f"needs torch 2.14 or newer: torch {version} sends a rank" in refusal
+    else:
+        assert refusal is None
+    assert torch_refusal(BY_NAME["zbv"], "nccl", version) is None
+    assert torch_refusal(BY_NAME["interleaved-zb"], "gloo", version) is None
+
+
+@pytest.mark.skipif(not set(SCHEDULES) - set(RUNNABLE), reason="this torch runs every schedule it offers on gloo")
+def test_a_refused_schedule_is_one_line_before_any_process_starts(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused = sorted(set(SCHEDULES) - set(RUNNABLE))[0]
+    args = ["--strategy", "pp", "--devices", "2", "--schedule", refused, "--stages-per-rank", "2",
+            "--microbatches", "4"]
+    code, err = run_in_process(capsys, "run", "--model", "mlp", "--preset", "tiny", "--out", str(results), *args)
+    assert code == 2 and err.count("\n") == 1 and "on gloo needs torch 2.14 or newer" in err, err
     assert not results.exists()

@@ -22,7 +22,7 @@ from bench.launch import child_command
 from bench.records import build_record, read_records
 from bench.runner import RankStats, RunResult, prepared_run
 from models.data import global_batches
-from strategies import ConfigError
+from strategies import ConfigError, get_strategy
 from tests.benchmarks.conftest import Case, base_config
 
 EXTRA_FIELDS = ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "peak_mem_bytes", "peak_mem_source",
@@ -50,7 +50,8 @@ def test_step(benchmark, case: Case, bench_options: dict, single_throughput: dic
     steps, warmup = (bench_options["steps"], bench_options["warmup"]) if bench_options["enabled"] else (1, 0)
     config = _resolved(case, steps, warmup, tmp_path / "r.jsonl")
     losses: list[float] = []
-    with prepared_run(config) as run:
+    strategy = get_strategy(config)
+    with prepared_run(config, strategy, strategy.local_topology()) as run:
         shards = itertools.cycle(
             [run.strategy.shard_batch(x, y, run.topology) for x, y in global_batches(run.dataset, config.batch_size, 4)]
         )

@@ -1,0 +1,100 @@
+"""Processes the suite starts, and how they end: none outlives the process that started it.
+
+Three layers start processes here: ``bench run`` starts torchrun, torchrun starts one worker per
+device, and a sweep (or a test) starts ``bench run`` or torchrun. torchrun puts each worker in a
+session of its own, so killing a process group does not reach them; and SIGKILL, a crash or an
+expired ``subprocess`` timeout give a parent no chance to clean up. So every process we start,
+and every worker we run in, asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
+
+    pytest / sweep --(die_with_parent)--> torchrun --(workers call it themselves)--> worker 0, 1, ...
+
+A parent that dies, however, takes the whole chain with it. Elsewhere than Linux this is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Makes the kernel SIGKILL this process when its parent exits (Linux; elsewhere nothing).
+
+    Usable as ``preexec_fn`` (runs in the child before exec, and survives the exec) or called
+    first thing in a process someone else started (torchrun's workers, spawned ranks). A parent
+    that died before the call has already handed us to init: then we leave at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return  # not allowed here (a seccomp sandbox, say): the timeouts still apply
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+LAUNCHER_VARIABLE = "BENCH_LAUNCHER_PID"
+"""The pid of the process that started torchrun, so that a worker can tell torchrun died before it
+could ask to die with it (it would have been handed to init, or to a subreaper, by then)."""
+
+
+def die_with_torchrun() -> None:
+    """``die_with_parent`` for a torchrun worker, which torchrun started, not us.
+
+    The worker asks as soon as it starts (``python -m bench``, before torch is imported); if
+    torchrun is already gone by then, its parent is no longer torchrun, whose parent is the
+    launcher named in ``BENCH_LAUNCHER_PID``, and it leaves at once."""
+    die_with_parent()
+    launcher = os.environ.get(LAUNCHER_VARIABLE)
+    if launcher and _parent_of(os.getppid()) != int(launcher):
+        os._exit(1)
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start(command: list[str], env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen:
+    """``subprocess.Popen`` of a child that dies with us, in a process group of its own (so that
+    ``stop`` can reach whatever it starts in that group)."""
+    env = {**(os.environ if env is None else env), LAUNCHER_VARIABLE: str(os.getpid())}
+    return subprocess.Popen(command, env=env, preexec_fn=die_with_parent, start_new_session=True, **popen)  # type: ignore[call-overload]
+
+
+def stop(child: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM to the child's process group, SIGKILL after ``grace_s``; returns once it is gone.
+
+    torchrun forwards SIGTERM to its workers; the ones it could not reach die with it (above)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            child.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+
+
+def run(command: list[str], env: dict[str, str] | None = None) -> int:
+    """Runs ``command`` in the foreground (output straight to ours) and returns its exit code.
+
+    The child has a session of its own, so a terminal's Ctrl-C reaches only us: we stop it then."""
+    child = start(command, env)
+    try:
+        return child.wait()
+    except BaseException:
+        stop(child)
+        raise

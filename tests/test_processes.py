@@ -1,0 +1,71 @@
+"""No process the suite starts outlives the one that started it, however that one ends (bench/processes.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+STALL_FOREVER = {"BENCH_FAULT": "1:0:stall"}
+
+
+def _alive(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker`` (zombies do not count)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in command and state != "Z":
+            found.append(command)
+    return found
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
+    marker = f"sleeper-{tmp_path.name}"
+    parent = _start(["-c", "import sys, time; from bench import processes; "
+                           f"processes.start([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}']); "
+                           "time.sleep(600)"])  # fmt: skip
+    _wait_for(lambda: len(_alive(marker)) == 1, 30, "the child started")
+    parent.kill()
+    parent.wait()
+    _wait_for(lambda: not _alive(marker), 10, "the child died with its parent")
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: Path) -> None:
+    out = tmp_path / f"{command}-left-behind.jsonl"  # every process of this run names it
+    what = ["--strategy", "ddp"] if command == "run" else ["--strategies", "ddp", "--models", "mlp"]
+    bench = _start(["-m", "bench", command, *what, "--devices", "2", "--model" if command == "run" else "--preset",
+                    "mlp" if command == "run" else "tiny", "--out", str(out)], env=STALL_FOREVER)  # fmt: skip
+    # bench (or the sweep), torchrun and its two workers.
+    _wait_for(lambda: len(_alive(str(out))) >= 4, 120, "the workers started")
+    bench.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel must do it
+    bench.wait()
+    _wait_for(lambda: not _alive(str(out)), 20, f"no process of the run left ({_alive(str(out))})")
