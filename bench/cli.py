@@ -13,18 +13,17 @@ import torch
 
 import models
 from bench import failures, sweep, verify
+from bench import report_cli as report
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, gpus_available, resolve
 from bench.devices import peak_memory
 from bench.environment import environment
 from bench.explain import add_explain_parser, cmd_explain
-from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, fidelity_record, single_vs_plain_loop
-from bench.fidelity_pipeline import pp_vs_mp
+from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, fidelity_record, pp_vs_mp, single_vs_plain_loop
 from bench.launch import launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record, failure_record
 from bench.runner import train
-from reports import build as report
 from strategies import STRATEGIES, ConfigError, Launch, get_strategy
 from strategies.base import devices_for
 

@@ -26,10 +26,10 @@ from bench import launch
 from bench.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
 from bench.config import SCALINGS, RunConfig, gpus_available, resolve
 from bench.environment import environment
+from bench.labels import describe
 from bench.launch import ChildOutcome, child_command
 from bench.records import RecordError, append_record, failure_record, read_records
 from strategies import STRATEGIES, ConfigError, Launch
-from strategies.precision import default_precision
 
 log = logging.getLogger(__name__)
 
@@ -67,38 +67,6 @@ class PlannedRun:
     def label(self) -> str:
         c = self.config
         return f"{describe(c.as_dict())} {c.model} x{c.devices}"
-
-
-def describe(config: dict[str, object]) -> str:
-    """A strategy with the options that set its sweep points apart: ``pp (1f1b, m=8)``, ``mp (m=4)``."""
-    name = str(config["strategy"])
-    options = STRATEGIES[name].sweep_options if name in STRATEGIES else ()
-    shown = []
-    if "schedule" in options:
-        shown.append(str(config.get("schedule")))
-    if "microbatches" in options:
-        shown.append(f"m={config.get('microbatches')}")
-    if "stages_per_rank" in options and config.get("stages_per_rank", 1) != 1:
-        shown.append(f"v={config['stages_per_rank']}")
-    if "balance" in options and config.get("balance", "even") != "even":
-        shown.append(f"balance={config['balance']}")
-    shown += knob_labels(config)
-    return f"{name} ({', '.join(shown)})" if shown else name
-
-
-def knob_labels(config: dict[str, object]) -> list[str]:
-    """The training knobs a run used beyond its machine's defaults: ``bf16`` on a CPU, ``compiled``."""
-    cuda = config.get("accelerator") == "cuda"
-    labels = []
-    if config.get("precision") not in (None, "auto", default_precision("cuda" if cuda else "cpu")):
-        labels.append(str(config["precision"]))
-    if config.get("channels_last") is True and not cuda:
-        labels.append("channels-last")
-    if config.get("channels_last") is False and cuda and config.get("model") == "cnn":
-        labels.append("NCHW")
-    labels += [label for key, label in (("compile", "compiled"), ("activation_checkpointing", "ckpt"))
-               if config.get(key)]  # fmt: skip
-    return labels
 
 
 def run_key(config: dict[str, object]) -> str:

@@ -1,21 +1,29 @@
-"""``python -m bench report RESULTS... --out DIR``: records in, figures and a report out."""
+"""Records in, figures and a report out: what ``python -m bench report RESULTS... --out DIR`` does."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 
 import pandas as pd
 
-from bench.cli_args import fail
-from bench.records import RecordError
 from reports import figures
 from reports.load import Results, load
 from reports.render import Section, write_html, write_markdown
 from reports.tables import fastest, hybrid_vs_parts, results_table, with_scaling, with_verification
 
 log = logging.getLogger(__name__)
+
+
+def report_from_files(paths: list[Path], out: Path) -> list[Path]:
+    """Reads the records in ``paths`` and writes their report into ``out``; returns the files written.
+
+    Raises ``RecordError`` before writing anything where a file cannot be read or holds another
+    record version; torn lines are skipped with a warning and listed in the report."""
+    results = load(paths)
+    for path, bad in results.bad_lines:
+        log.warning("%s:%d skipped: %s", path, bad.line_number, bad.reason)
+    return build_report(results, out)
 
 
 def build_report(results: Results, out: Path) -> list[Path]:
@@ -169,21 +177,3 @@ def _environment(results: Results) -> Section:
     if topologies:
         section.preformatted = "\n\n".join(sorted(topologies))
     return section
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("report", help="figures and a Markdown + HTML report from records")
-    parser.add_argument("results", nargs="+", type=Path, help="results .jsonl files (or pytest-benchmark .json)")
-    parser.add_argument("--out", type=Path, default=Path("results/report"), help="folder (default: results/report)")
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        results = load(args.results)
-    except RecordError as exc:
-        fail("bench report", str(exc))
-    for path, bad in results.bad_lines:
-        log.warning("%s:%d skipped: %s", path, bad.line_number, bad.reason)
-    written = build_report(results, args.out)
-    print(f"report: {written[0]} and {written[1]} ({len(written) - 2} figures)")
-    return 0

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.labels import describe
 from bench.records import BadLine, RecordError, read_records
-from bench.sweep import describe
 
 log = logging.getLogger(__name__)
 
@@ -118,20 +118,16 @@ def fidelity_row(record: dict[str, object]) -> dict[str, object]:
     }
 
 
+# The figures of a comparison, for records written before they carried their own ``figure`` text.
+_OLDER_FIGURES = ("ratio", "speedup", "share_of_ideal", "measured_bubble_fraction", "theoretical_bubble_fraction",
+                  "suite_ms", "baseline_ms")  # fmt: skip
+
+
 def _fidelity_figure(record: dict[str, object]) -> str:
-    """The measured figure of each kind of comparison, as ``bench fidelity`` prints it."""
-    r = record
-    if r["comparison"] == "pp-vs-mp":
-        return (
-            f"speed-up {r['speedup']:.2f} = {r['share_of_ideal']:.0%} of the ideal {r['ideal_speedup']:.2f} "
-            f"(pp {r['suite_ms']:.1f} ms, mp {r['baseline_ms']:.1f} ms per step)"
-        )
-    if r["comparison"] == "pp-bubble":
-        return (
-            f"bubble {r['measured_bubble_fraction']:.3f} vs theoretical {r['theoretical_bubble_fraction']:.3f} "
-            f"(difference {r['bubble_difference']:+.3f})"
-        )
-    return f"ratio {r['ratio']:.3f} (suite {r['suite_ms']:.2f} ms, baseline {r['baseline_ms']:.2f} ms per step)"
+    """The measured figure as ``bench fidelity`` wrote it, or an older record's figures by name."""
+    if "figure" in record:
+        return str(record["figure"])
+    return ", ".join(f"{name} {record[name]:.3g}" for name in _OLDER_FIGURES if record.get(name) is not None)
 
 
 def _machine(record: dict[str, object]) -> str:

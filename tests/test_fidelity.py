@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.fidelity import Comparison, Setup, fidelity_record
-from bench.fidelity_pipeline import BubbleCheck, PipelineRound, PipelineSpeedup, bubble_checks
+from bench.fidelity.loops import Comparison
+from bench.fidelity.pipeline import BubbleCheck, PipelineRound, PipelineSpeedup, bubble_checks
+from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_record
 from bench.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load
@@ -30,6 +31,12 @@ def single(suite_ms: float, baseline_ms: float) -> Comparison:
 def speedup(m: int, pp_ms: float, mp_ms: float, target: float | None = 0.85) -> PipelineSpeedup:
     ideal = 2 * m / (m + 1)
     return PipelineSpeedup(f"pp vs mp, 2 stages, M={m}", CPU2, m, 1, pp_ms, mp_ms, ideal, target)
+
+
+def test_the_sides_take_turns_going_first_round_by_round() -> None:
+    assert alternate(["suite", "plain"], 3) == [("suite", "plain"), ("plain", "suite"), ("suite", "plain")]
+    assert alternate(["pp", "mp", "mp-all"], 2) == [("pp", "mp", "mp-all"), ("mp-all", "mp", "pp")]
+    assert alternate(["a", "b"], 0) == []
 
 
 def test_a_ratio_is_met_within_its_tolerance_on_either_side() -> None:
@@ -83,6 +90,29 @@ def test_a_fidelity_record_names_its_figures_units_and_verdict(tmp_path: Path) -
     assert (share["suite_ms"], share["baseline_ms"], share["model"], share["preset"]) == (100.0, 160.0, "mlp", "small")
     assert bubble["bubble_difference"] == pytest.approx(0.1) and bubble["met"] is False
     assert (bubble["measured_bubble_fraction"], bubble["theoretical_bubble_fraction"]) == (0.2, 0.1)
+    # The figure as the report shows it, in the text the printed line is made from.
+    assert ratio["figure"] == "ratio 1.030 (suite 103.00 ms, baseline 100.00 ms per step)"
+    assert bubble["figure"] == "bubble 0.200 vs theoretical 0.100 (difference +0.100)"
+
+
+@pytest.mark.parametrize("result", [single(103.0, 100.0), speedup(8, 100.0, 160.0),
+                                    BubbleCheck("b", CPU2, "1f1b", 8, 0.2, 0.1, 9.0)])  # fmt: skip
+def test_the_printed_line_is_the_name_the_figure_and_the_target(result: FidelityResult) -> None:
+    figure, target = result.figure, result.target
+    headline, _, detail = figure.partition(" (")
+    assert result.line().startswith(f"{result.name}: ")
+    assert result.line().endswith(f"{headline} ({detail[:-1]}; target {target})")
+
+
+def test_an_older_record_without_its_figure_text_shows_its_figures_by_name(tmp_path: Path) -> None:
+    from bench.config import RunConfig
+
+    older = fidelity_record(single(101.0, 100.0), RunConfig(), rounds=2, env=ENV)
+    del older["figure"]
+    path = tmp_path / "older.jsonl"
+    append_record(path, older)
+    (row,) = load([path]).fidelity.to_dict("records")
+    assert row["measured"] == "ratio 1.01, suite_ms 101, baseline_ms 100"
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 against the schedule's theory, both from pp and mp runs alternated round by round.
 
 pp runs in 2 worker processes that keep one process group for every round; mp runs in this
-process. See ``bench.fidelity`` for the comparisons against hand-written loops.
+process. See ``bench.fidelity.loops`` for the comparisons against hand-written loops.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import logging
 import statistics
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.multiprocessing as mp
 
 from bench.config import RunConfig, resolve
-from bench.fidelity import Setup
+from bench.fidelity.results import Setup, alternate, figure_text
 from bench.launch import threads_per_process
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
@@ -26,6 +27,10 @@ from strategies.distributed import (
     init_process_group,
     torchrun_topology,
 )
+from strategies.schedules import ideal_speedup
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +77,16 @@ class PipelineSpeedup:
     def met(self) -> bool | None:
         return None if self.target_share is None else self.share >= self.target_share
 
+    @property
+    def figure(self) -> str:
+        return self._figure()
+
     def line(self) -> str:
-        return (
-            f"{self.name}: speed-up {self.speedup:.2f} = {self.share:.0%} of the ideal "
-            f"{self.ideal:.2f} (pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step; target {self.target})"
-        )
+        return f"{self.name}: {self._figure(self.target)}"
+
+    def _figure(self, target: str | None = None) -> str:
+        headline = f"speed-up {self.speedup:.2f} = {self.share:.0%} of the ideal {self.ideal:.2f}"
+        return figure_text(headline, f"pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step", target)
 
     def record_fields(self) -> dict[str, object]:
         return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
@@ -120,11 +130,16 @@ class BubbleCheck:
     def met(self) -> bool:
         return abs(self.difference) <= self.tolerance
 
+    @property
+    def figure(self) -> str:
+        return self._figure()
+
     def line(self) -> str:
-        return (
-            f"{self.name}: measured bubble {self.measured:.3f} vs theoretical {self.theoretical:.3f} "
-            f"(difference {self.difference:+.3f}; target {self.target})"
-        )
+        return f"{self.name}: measured {self._figure(self.target)}"
+
+    def _figure(self, target: str | None = None) -> str:
+        headline = f"bubble {self.measured:.3f} vs theoretical {self.theoretical:.3f}"
+        return figure_text(headline, f"difference {self.difference:+.3f}", target)
 
     def record_fields(self) -> dict[str, object]:
         return {"comparison": "pp-bubble", "name": self.name, "measured_bubble_fraction": self.measured,
@@ -163,8 +178,6 @@ def pp_vs_mp(
     this is the figure held to the ideal. With all the cores (the same total as pp), mp's stages
     get intra-op parallelism instead, and the ratio says whether pipelining beats that.
     """
-    from strategies.schedules import ideal_speedup
-
     # 256 samples: micro-batches of 32 to 64, big enough that a stage's matmuls set its time. At 64
     # (micro-batches of 8) every micro-batch's weight-gradient traffic dominated: mp itself slowed from
     # 136 to 221 ms going from M=4 to 8, and pp reached 65% of the ideal against 80% at 256.
@@ -201,8 +214,7 @@ def _pipeline_rounds(
         for w in workers:
             w.start()
         try:
-            for r in range(rounds):
-                order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for r, order in enumerate(alternate(list(sides), rounds)):
                 for m in microbatches:
                     for side in order:
                         if side == "pp":
@@ -231,14 +243,16 @@ def _mp_step_times(config: RunConfig, threads: int) -> list[float]:
         torch.set_num_threads(before)
 
 
-def _pp_worker(rank: int, inbox: object, outbox: object, folder: str, threads: int) -> None:
+def _pp_worker(
+    rank: int, inbox: Queue[RunConfig | None], outbox: Queue[PipelineRound], folder: str, threads: int
+) -> None:
     """One pp rank that keeps its process group and trains each config it is sent until None;
     rank 0 sends back each run's step times and bubble figures."""
     become_rank(rank, PP_STAGES, folder)
     torch.set_num_threads(threads)
     group_made = False
     try:
-        while (config := inbox.get()) is not None:  # type: ignore[attr-defined]
+        while (config := inbox.get()) is not None:
             if not group_made:
                 init_process_group(torchrun_topology(config.accelerator), config.timeout_s)  # pp keeps it
                 group_made = True
@@ -246,7 +260,7 @@ def _pp_worker(rank: int, inbox: object, outbox: object, folder: str, threads: i
             if rank == 0:
                 fields = result.strategy_fields
                 bubbles = (fields.get("measured_bubble_fraction"), fields.get("theoretical_bubble_fraction"))
-                outbox.put(PipelineRound(step_times_ms(result.ranks), *bubbles))  # type: ignore[attr-defined,arg-type]
+                outbox.put(PipelineRound(step_times_ms(result.ranks), *bubbles))  # type: ignore[arg-type]
     finally:
         if group_made:
             destroy_process_group()

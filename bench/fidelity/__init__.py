@@ -1,0 +1,30 @@
+"""``bench fidelity``: how far to trust the numbers, measured side by side.
+
+Each comparison alternates its two sides round by round in one process or group of processes
+(A B, B A, A B, ...), so that drift in the machine's speed falls on both sides alike, and holds
+the figure it measures to a target. Each result is also a record (``kind`` ``fidelity``) that
+``bench report`` turns into its "How far to trust these numbers" section.
+
+- ``results``: the setup, the result protocol, the alternation and the record every comparison shares.
+- ``loops``: ``single`` and ``ddp`` against the PyTorch tutorials' hand-written loops.
+- ``pipeline``: ``pp``'s speed-up over ``mp`` against the ideal, and its bubble against the theory.
+"""
+
+from __future__ import annotations
+
+from bench.fidelity.loops import Comparison, ddp_fidelity_config, ddp_vs_plain_ddp, single_vs_plain_loop
+from bench.fidelity.pipeline import BubbleCheck, PipelineSpeedup, pp_vs_mp
+from bench.fidelity.results import FidelityResult, Setup, fidelity_record
+
+__all__ = [
+    "BubbleCheck",
+    "Comparison",
+    "FidelityResult",
+    "PipelineSpeedup",
+    "Setup",
+    "ddp_fidelity_config",
+    "ddp_vs_plain_ddp",
+    "fidelity_record",
+    "pp_vs_mp",
+    "single_vs_plain_loop",
+]

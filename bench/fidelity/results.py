@@ -1,0 +1,98 @@
+"""What every fidelity comparison shares: the setup it ran on, how its two sides take turns, the
+protocol its result follows, and the record it becomes."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from bench.config import RunConfig
+from bench.records import RECORD_VERSION
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a comparison ran on, as its record names it."""
+
+    model: str
+    preset: str
+    devices: int
+    accelerator: str
+    global_batch_size: int
+
+    def record_fields(self) -> dict[str, object]:
+        # As failure_record counts it: several devices on one CPU are emulated, one is not.
+        emulated = self.accelerator == "cpu" and self.devices > 1
+        return {"model": self.model, "preset": self.preset, "device_count": self.devices,
+                "accelerator": self.accelerator, "global_batch_size": self.global_batch_size,
+                "emulated": emulated}  # fmt: skip
+
+
+class FidelityResult(Protocol):
+    """One measured figure of ``bench fidelity``, its target and whether it met it."""
+
+    @property
+    def name(self) -> str:
+        """What was compared, as the report's row names it: ``single vs plain PyTorch loop``."""
+        ...
+
+    @property
+    def setup(self) -> Setup: ...
+
+    @property
+    def target(self) -> str:
+        """The target in words: ``within 2%``."""
+        ...
+
+    @property
+    def met(self) -> bool | None:
+        """None for a figure shown for information, held to no target."""
+        ...
+
+    @property
+    def figure(self) -> str:
+        """The measured figure, as the report's ``measured`` column shows it."""
+        ...
+
+    def line(self) -> str:
+        """What ``bench fidelity`` prints: name, figure and target."""
+        ...
+
+    def record_fields(self) -> dict[str, object]:
+        """The figures with their units in the field names, ``target``, ``met`` and the setup's fields."""
+        ...
+
+
+def figure_text(headline: str, detail: str, target: str | None = None) -> str:
+    """``headline (detail)``, or ``headline (detail; target T)`` for the printed line: one text for both."""
+    return f"{headline} ({detail}; target {target})" if target is not None else f"{headline} ({detail})"
+
+
+def alternate(sides: Sequence[T], rounds: int) -> list[tuple[T, ...]]:
+    """Each round's order of the sides: A B, B A, A B, ...
+
+    Alternating keeps drift in the machine's speed (other load, thermal state) from falling on one
+    side only, and neither side always runs on the caches the other warmed."""
+    return [tuple(sides) if r % 2 == 0 else tuple(reversed(sides)) for r in range(rounds)]
+
+
+def fidelity_record(
+    result: FidelityResult, config: RunConfig, rounds: int, env: dict[str, object]
+) -> dict[str, object]:
+    """The record of one comparison: its figures, target and verdict, what it ran on, and how often."""
+    return {
+        "record_version": RECORD_VERSION,
+        "kind": "fidelity",
+        "status": "ok",
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **result.record_fields(),
+        "figure": result.figure,
+        "rounds": rounds,
+        "steps_per_round": config.steps,
+        "warmup_steps": config.warmup,
+        "env": env,
+    }

@@ -1,0 +1,40 @@
+"""Run labels: the short names that tell runs apart in a sweep's progress and in the report.
+
+Both ``bench`` and ``reports`` label runs; this is the one module that says how."""
+
+from __future__ import annotations
+
+from strategies import STRATEGIES
+from strategies.precision import default_precision
+
+
+def describe(config: dict[str, object]) -> str:
+    """A strategy with the options that set its sweep points apart: ``pp (1f1b, m=8)``, ``mp (m=4)``."""
+    name = str(config["strategy"])
+    options = STRATEGIES[name].sweep_options if name in STRATEGIES else ()
+    shown = []
+    if "schedule" in options:
+        shown.append(str(config.get("schedule")))
+    if "microbatches" in options:
+        shown.append(f"m={config.get('microbatches')}")
+    if "stages_per_rank" in options and config.get("stages_per_rank", 1) != 1:
+        shown.append(f"v={config['stages_per_rank']}")
+    if "balance" in options and config.get("balance", "even") != "even":
+        shown.append(f"balance={config['balance']}")
+    shown += knob_labels(config)
+    return f"{name} ({', '.join(shown)})" if shown else name
+
+
+def knob_labels(config: dict[str, object]) -> list[str]:
+    """The training knobs a run used beyond its machine's defaults: ``bf16`` on a CPU, ``compiled``."""
+    cuda = config.get("accelerator") == "cuda"
+    labels = []
+    if config.get("precision") not in (None, "auto", default_precision("cuda" if cuda else "cpu")):
+        labels.append(str(config["precision"]))
+    if config.get("channels_last") is True and not cuda:
+        labels.append("channels-last")
+    if config.get("channels_last") is False and cuda and config.get("model") == "cnn":
+        labels.append("NCHW")
+    labels += [label for key, label in (("compile", "compiled"), ("activation_checkpointing", "ckpt"))
+               if config.get(key)]  # fmt: skip
+    return labels

@@ -1,0 +1,25 @@
+"""``python -m bench report RESULTS... --out DIR``: the command over ``reports.build``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench.cli_args import fail
+from bench.records import RecordError
+from reports.build import report_from_files
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("report", help="figures and a Markdown + HTML report from records")
+    parser.add_argument("results", nargs="+", type=Path, help="results .jsonl files (or pytest-benchmark .json)")
+    parser.add_argument("--out", type=Path, default=Path("results/report"), help="folder (default: results/report)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        written = report_from_files(args.results, args.out)
+    except RecordError as exc:
+        fail("bench report", str(exc))
+    print(f"report: {written[0]} and {written[1]} ({len(written) - 2} figures)")
+    return 0
