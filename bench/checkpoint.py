@@ -22,7 +22,7 @@ def save_checkpoint(path: str | Path, state: dict[str, torch.Tensor], model: str
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": CHECKPOINT_FORMAT, "model": model, "preset": preset, "saved_by": strategy,
-               "state_dict": {k: v.detach().cpu() for k, v in state.items()}}  # fmt: skip
+               "state_dict": {k: v.detach().cpu() for k, v in state.items()}}
     partial = path.with_name(path.name + ".partial")
     torch.save(payload, partial)
     partial.replace(path)

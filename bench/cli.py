@@ -15,17 +15,16 @@ import models
 from bench import failures, sweep, verify
 from bench import report_cli as report
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
-from bench.config import RunConfig, gpus_available, resolve
-from bench.devices import peak_memory
+from bench.config import RunConfig, from_json, gpus_available, resolve, to_json
 from bench.environment import environment
 from bench.explain import add_explain_parser, cmd_explain
 from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, fidelity_record, pp_vs_mp, single_vs_plain_loop
-from bench.launch import launch_local, threads_per_process, under_torchrun
+from bench.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record, failure_record
 from bench.runner import train
-from strategies import STRATEGIES, ConfigError, Launch, get_strategy
-from strategies.base import devices_for
+from strategies import STRATEGIES, ConfigError, Launch, strategy_class
+from strategies.devices import devices_for, peak_memory
 
 if TYPE_CHECKING:
     from bench.fidelity import FidelityResult
@@ -51,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
     fidelity.add_argument("--out", default="results/fidelity.jsonl",
-                          help="one record per comparison, read by bench report (default: %(default)s)")  # fmt: skip
+                          help="one record per comparison, read by bench report (default: %(default)s)")
     return parser
 
 
@@ -92,12 +91,11 @@ def cmd_list() -> int:
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
-        config = resolve(config_from_args(RunConfig, args))
+        config = run_config(args)
     except ConfigError as exc:
         fail("bench run", str(exc))
-    strategy = get_strategy(config)
-    if strategy.launch is Launch.PER_DEVICE and not under_torchrun():
-        return launch_local(config.devices, argv, config.accelerator, config.max_restarts)
+    if strategy_class(config.strategy).launch is Launch.PER_DEVICE and not under_torchrun():
+        return launch_local(config.devices, argv, config.accelerator, config.max_restarts, to_json(config))
     if under_torchrun() and config.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     rank = int(os.environ.get("RANK", "0"))
@@ -119,12 +117,21 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The resolved configuration of this process: the launcher's, as it handed it to its torchrun
+    workers, or the command line's, validated here (the launcher itself, or a user's own torchrun)."""
+    resolved = os.environ.get(RESOLVED_CONFIG_VARIABLE)
+    if under_torchrun() and resolved:
+        return from_json(resolved)
+    return resolve(config_from_args(RunConfig, args))
+
+
 def _out_of_memory(config: RunConfig, exc: BaseException) -> int:
     """An ``oom`` row with this process's memory figures, one line on stderr, exit code 3."""
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     devices = devices_for(config.accelerator, 1, first=local) if under_torchrun() else devices_for(
-        config.accelerator, config.devices)  # fmt: skip
+        config.accelerator, config.devices)
     reason = f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     append_record(config.out, failure_record(config, "oom", reason, environment(), peak_mem=peak_memory(devices)))
     print(f"bench run: out of memory on rank {rank}: {exc}", file=sys.stderr)
@@ -152,7 +159,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 
     comparison = single_vs_plain_loop(config, args.rounds)
     print(f"{config.model}/{config.preset}, batch {config.batch_size}, {config.accelerator}, "
-          f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.steps} steps")  # fmt: skip
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.steps} steps")
     record(comparison)
     if ddp_config is not None:
         record(ddp_vs_plain_ddp(ddp_config, args.rounds))

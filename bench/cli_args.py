@@ -18,9 +18,18 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The string literal under each field of a dataclass (the torchtitan style of field docs)."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    """The string literal under each field of a dataclass and of the dataclasses it composes (the
+    torchtitan style of field docs)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
+    (definition,) = [node for node in ast.parse(inspect.getsource(cls)).body if isinstance(node, ast.ClassDef)]
+    body = definition.body
     docs = {}
     for node, after in zip(body, body[1:], strict=False):
         if (
@@ -71,7 +80,7 @@ def fail(prog: str, message: str) -> NoReturn:
 def config_to_argv(config: object) -> list[str]:
     """The command-line options that rebuild ``config`` exactly (the inverse of ``config_from_args``)."""
     argv: list[str] = []
-    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+    for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         flag = "--" + f.name.replace("_", "-")
         if isinstance(value, bool):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,20 @@ from pathlib import Path
 import torch
 
 import models
-from strategies import STRATEGIES, ConfigError, Launch, get_strategy
+from strategies import ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
 from strategies.distributed import check_backend, check_per_device_launch, default_backend
+from strategies.options import (
+    OPTION_GROUPS,
+    BucketOptions,
+    DDPOptions,
+    Group,
+    MeshOptions,
+    ModelFacts,
+    PipelineOptions,
+    RunOptions,
+    SplitOptions,
+    group_of,
+)
 from strategies.precision import check_precision, default_precision
 
 ACCELERATORS = ("auto", "cpu", "cuda")
@@ -19,9 +32,9 @@ OPTIMIZERS = ("sgd", "adam")
 SCALINGS = ("weak", "strong")
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that decides what a run computes and how it is measured."""
+@dataclass(frozen=True, kw_only=True)
+class HarnessOptions:
+    """What the harness reads: the model, the measurement, the files, the training knobs."""
 
     strategy: str = "single"
     """Parallelism strategy (see `python -m bench list`)."""
@@ -31,16 +44,8 @@ class RunConfig:
     """Model size: tiny (tests), small (CPU), large (GPU)."""
     norm: str = "batch"
     """CNN normalisation: batch, or group (exact under batch splitting)."""
-    devices: int = 1
-    """Devices the run uses: GPUs, or emulated devices on the CPU."""
-    accelerator: str = "auto"
-    """cuda, cpu, or auto (cuda when present, else cpu)."""
-    batch_size: int | None = None
-    """Global batch per optimizer step (default: the preset's)."""
     steps: int = 10
     """Timed optimizer steps."""
-    warmup: int = 3
-    """Untimed optimizer steps before the timed ones."""
     seed: int = 0
     """Seed for the model's weights and the synthetic data."""
     optimizer: str = "sgd"
@@ -51,8 +56,6 @@ class RunConfig:
     """JSON-lines file the run's record is appended to."""
     timeout_s: float = 300.0
     """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
-    backend: str = "auto"
-    """Process-group backend of per-device strategies: gloo, nccl, or auto (nccl on CUDA, gloo on the CPU)."""
     max_restarts: int = 0
     """torchrun restarts after a failure (0 for benchmarks: a restart would be timed)."""
     deterministic: bool = False
@@ -64,9 +67,7 @@ class RunConfig:
     scaling: str | None = None
     """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
 
-    # Training knobs: every strategy, recorded in every record.
-    precision: str = "auto"
-    """fp32, tf32 (CUDA), bf16 or fp16 (autocast; fp16 with a gradient scaler); auto: bf16 on CUDA, fp32 on CPU."""
+    # Training knobs: every strategy, recorded in every record (--precision is a RunOptions field).
     channels_last: bool | None = None
     """NHWC memory format for image models (the cnn); default: on for CUDA, off for CPU."""
     compile: bool = False
@@ -76,38 +77,59 @@ class RunConfig:
     peak_tflops: float | None = None
     """Peak TFLOP/s per device for MFU (default: the data sheet's for known GPUs at --precision; none on CPUs)."""
 
-    # Splitting the model (mp, pp, hybrid).
-    balance: str = "even"
-    """Blocks per stage, e.g. 3,2,2; or even, params (by parameter count), time (by profiled time)."""
-    microbatches: int = 1
-    """Micro-batches per global batch (mp, pp, hybrid)."""
-    schedule: str = "gpipe"
-    """Pipeline schedule (pp, hybrid); `python -m bench list` shows those this torch offers."""
-    stages_per_rank: int = 1
-    """Pipeline stages per rank, for interleaved schedules (v)."""
-    dp: int | None = None
-    """hybrid: data-parallel replicas (default: devices // pp)."""
-    pp: int | None = None
-    """hybrid: pipeline ranks per replica (default: devices // dp, or 2 when --dp is not given either)."""
 
-    # DistributedDataParallel knobs (ddp, hybrid).
-    bucket_cap_mb: float = 25.0
-    """DDP gradient bucket size in MiB."""
-    gradient_as_bucket_view: bool = False
-    """DDP: gradients as views into the communication buckets (saves a copy)."""
-    static_graph: bool = False
-    """DDP: the graph is the same every step (enables more overlap)."""
-    find_unused_parameters: bool = False
-    """DDP: look for parameters that got no gradient (slower; needed by some models)."""
-    sync_batchnorm: bool = False
-    """Convert BatchNorm to SyncBatchNorm (ddp): batch statistics over the global batch."""
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(DDPOptions, BucketOptions, MeshOptions, PipelineOptions, SplitOptions, RunOptions, HarnessOptions):
+    """Everything that decides what a run computes and how it is measured: the harness's options and
+    every strategy option group (strategies/options.py), flat, so that each field is one flag."""
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
+    def group(self, cls: type[Group]) -> Group:
+        """The option group ``cls`` of this configuration, for the strategy that reads it."""
+        return group_of(self, cls)
+
+
+def to_json(config: RunConfig) -> str:
+    return json.dumps(config.as_dict())
+
+
+def from_json(text: str) -> RunConfig:
+    return RunConfig(**json.loads(text))
+
+
+RTOL, ATOL = 1e-4, 1e-5
+"""fp32 tolerance of every equivalence check (bench verify, the tests): sharded batches and reduced
+gradients sum in another order, a few ulps per step."""
+
+
+def checked_microbatches(strategy: str) -> int:
+    """Micro-batches an equivalence check or a benchmark case runs ``strategy`` with: 4 where it
+    splits the batch (so that the micro-batching is exercised), else 1."""
+    return 4 if SplitOptions in strategy_class(strategy).reads else 1
+
+
+def unread_groups_reset(config: RunConfig) -> RunConfig:
+    """``config`` with every option group its strategy does not read back at its defaults: what a
+    sweep hands each strategy of its grid, so that --bucket-cap-mb reaches ddp and spares mp."""
+    reads = (RunOptions, *strategy_class(config.strategy).reads)
+    defaults = {f.name: f.default for group in OPTION_GROUPS if group not in reads for f in dataclasses.fields(group)}
+    return dataclasses.replace(config, **defaults)
+
 
 def gpus_available() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_device_counts(accelerator: str) -> tuple[int, ...]:
+    """1, 2, 4, 8 ... up to the GPUs present; on the CPU up to the cores (at most 4), emulated."""
+    limit = gpus_available() if accelerator == "cuda" else min(os.cpu_count() or 1, 4)
+    counts, n = [], 1
+    while n <= max(limit, 1):
+        counts.append(n)
+        n *= 2
+    return tuple(counts)
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -118,6 +140,8 @@ def resolve(config: RunConfig) -> RunConfig:
     """
     _check_choices(config)
     _check_numbers(config)
+    cls = strategy_class(config.strategy)
+    _check_groups(config, cls)
     gpus = gpus_available()
     accelerator = config.accelerator
     if accelerator == "auto":
@@ -128,20 +152,21 @@ def resolve(config: RunConfig) -> RunConfig:
     batch_size = config.batch_size or facts.default_batch_size
     check_backend(config.backend, accelerator)
     backend = default_backend(accelerator) if config.backend == "auto" else config.backend
-    check_precision(config.precision, accelerator, config.strategy)
+    check_precision(config.precision, accelerator)
     precision = default_precision(accelerator) if config.precision == "auto" else config.precision
     channels_last = _channels_last(config, accelerator, facts.image_inputs)
     resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend,
-                                   precision=precision, channels_last=channels_last)  # fmt: skip
-    strategy = get_strategy(resolved)
-    if config.compile and strategy.compile_refusal:
-        raise ConfigError(f"--compile: strategy {config.strategy!r} cannot compile: {strategy.compile_refusal}")
-    if strategy.launch is Launch.PER_DEVICE:
+                                   precision=precision, channels_last=channels_last)
+    if config.compile and cls.compile_refusal:
+        raise ConfigError(f"--compile: strategy {config.strategy!r} cannot compile: {cls.compile_refusal}")
+    if precision == "fp16" and cls.fp16_refusal:
+        raise ConfigError(f"--precision fp16 {cls.fp16_refusal}")
+    if cls.launch is Launch.PER_DEVICE:
         # Counted per node: under a many-node torchrun, --devices is the world, not this machine.
         check_per_device_launch(resolved.devices, accelerator, gpus)
     elif accelerator == "cuda" and resolved.devices > gpus:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
-    strategy.validate(gpus)
+    build_strategy(config.strategy, resolved).validate(ModelFacts(blocks=facts.blocks, gpus=gpus))
     _check_writable(Path(config.out))
     if config.save_checkpoint:
         _check_writable(Path(config.save_checkpoint), "--save-checkpoint")
@@ -150,9 +175,19 @@ def resolve(config: RunConfig) -> RunConfig:
     return resolved
 
 
+def _check_groups(config: RunConfig, cls: type[Strategy]) -> None:
+    """Refuses a flag of an option group the strategy does not read, naming the strategies that do."""
+    for group in OPTION_GROUPS:
+        if group is RunOptions or group in cls.reads:
+            continue
+        for f in dataclasses.fields(group):
+            value = getattr(config, f.name)
+            if value != f.default:
+                flag = "--" + f.name.replace("_", "-") + ("" if isinstance(value, bool) else f" {value}")
+                raise ConfigError(f"{flag} is for {', '.join(readers(group))}, not {config.strategy}")
+
+
 def _check_choices(config: RunConfig) -> None:
-    if config.strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {config.strategy!r}; choose from {', '.join(STRATEGIES)}")
     if config.preset not in models.PRESETS:
         raise ConfigError(f"unknown preset {config.preset!r}; choose from {', '.join(models.PRESETS)}")
     if config.norm not in models.NORMS:
@@ -184,15 +219,16 @@ def _check_numbers(config: RunConfig) -> None:
 
 
 @dataclass(frozen=True)
-class ModelFacts:
-    """What validation needs to know of the model."""
+class BuiltModelFacts:
+    """What validation needs to know of the model, from one build on the meta device."""
 
     default_batch_size: int
     image_inputs: bool
     """Inputs are 4-D (N, C, H, W): the channels-last format applies."""
+    blocks: int
 
 
-def _model_facts(config: RunConfig) -> ModelFacts:
+def _model_facts(config: RunConfig) -> BuiltModelFacts:
     # Built on the meta device: no memory, no arithmetic, and a user's model that fails to
     # build fails here, before any process starts.
     try:
@@ -201,7 +237,7 @@ def _model_facts(config: RunConfig) -> ModelFacts:
     except models.ModelImportError as exc:
         raise ConfigError(str(exc)) from None
     inputs, _ = spec.make_batch(1, torch.Generator().manual_seed(0))
-    return ModelFacts(spec.default_batch_size, inputs.dim() == 4)
+    return BuiltModelFacts(spec.default_batch_size, inputs.dim() == 4, len(spec.blocks))
 
 
 def _channels_last(config: RunConfig, accelerator: str, image_inputs: bool) -> bool:

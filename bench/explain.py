@@ -27,7 +27,7 @@ STEPS = (
                "over the whole batch"),
     ("reduce and update", "backward through the broadcast sums every replica's gradients into the original "
                           "parameters on cuda:0; the optimizer updates them there, once"),
-)  # fmt: skip
+)
 
 
 def loader_batch_sizes(dataset_size: int, batch_size: int) -> list[int]:

@@ -28,7 +28,7 @@ _STEP_ATTRIBUTE = "_bench_failed_at_step"
 
 # How a rank reports another rank's departure, in gloo's, NCCL's and the store's words.
 _PEER_LEFT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Pair is not connected",
-              "DistNetworkError", "communicator was aborted", "NCCL communicator", "failed to recv")  # fmt: skip
+              "DistNetworkError", "communicator was aborted", "NCCL communicator", "failed to recv")
 _TIMED_OUT = ("Timed out", "timed out")
 
 
@@ -116,7 +116,7 @@ class LaunchFailure:
         if self.vanished:
             ranks = " and ".join(map(str, self.vanished))
             parts.append(f"rank{'s' if len(self.vanished) > 1 else ''} {ranks} ended without a Python error "
-                         "(a crash, a kill or a stall; the launcher's exit codes are in the output)")  # fmt: skip
+                         "(a crash, a kill or a stall; the launcher's exit codes are in the output)")
         parts += [_phrase(f) for f in first if order[f.kind] > 0]
         return "; ".join(parts) if parts else "no rank left a note (see the output above)"
 

@@ -5,21 +5,23 @@ Both ``bench`` and ``reports`` label runs; this is the one module that says how.
 from __future__ import annotations
 
 from strategies import STRATEGIES
+from strategies.options import PipelineOptions, SplitOptions
 from strategies.precision import default_precision
 
 
-def describe(config: dict[str, object]) -> str:
-    """A strategy with the options that set its sweep points apart: ``pp (1f1b, m=8)``, ``mp (m=4)``."""
+def variant(config: dict[str, object]) -> str:
+    """A strategy with the options that set its sweep points apart: ``pp (1f1b, m=8)``, ``mp (m=4)``
+    (the report's "variant" column)."""
     name = str(config["strategy"])
-    options = STRATEGIES[name].sweep_options if name in STRATEGIES else ()
+    reads = STRATEGIES[name].reads if name in STRATEGIES else ()
     shown = []
-    if "schedule" in options:
+    if PipelineOptions in reads:
         shown.append(str(config.get("schedule")))
-    if "microbatches" in options:
+    if SplitOptions in reads:
         shown.append(f"m={config.get('microbatches')}")
-    if "stages_per_rank" in options and config.get("stages_per_rank", 1) != 1:
+    if PipelineOptions in reads and config.get("stages_per_rank", 1) != 1:
         shown.append(f"v={config['stages_per_rank']}")
-    if "balance" in options and config.get("balance", "even") != "even":
+    if SplitOptions in reads and config.get("balance", "even") != "even":
         shown.append(f"balance={config['balance']}")
     shown += knob_labels(config)
     return f"{name} ({', '.join(shown)})" if shown else name
@@ -36,5 +38,10 @@ def knob_labels(config: dict[str, object]) -> list[str]:
     if config.get("channels_last") is False and cuda and config.get("model") == "cnn":
         labels.append("NCHW")
     labels += [label for key, label in (("compile", "compiled"), ("activation_checkpointing", "ckpt"))
-               if config.get(key)]  # fmt: skip
+               if config.get(key)]
     return labels
+
+
+def run_label(config: dict[str, object]) -> str:
+    """A whole configuration in a few words, for progress lines and log names: ``pp (gpipe, m=4) mlp x2``."""
+    return f"{variant(config)} {config['model']} x{config['devices']}"

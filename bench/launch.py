@@ -24,6 +24,10 @@ from bench import processes
 from bench.failures import FAILURE_DIR_VARIABLE, read_failures
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
+RESOLVED_CONFIG_VARIABLE = "BENCH_RESOLVED_CONFIG"
+"""The launcher's resolved configuration, as JSON, for the torchrun workers it starts: a run is
+validated once, where it is launched, not again in each of its processes."""
+
 log = logging.getLogger(__name__)
 
 
@@ -46,11 +50,15 @@ def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
         "-m", "bench", *bench_args,
-    ]  # fmt: skip
+    ]
 
 
-def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0) -> dict[str, str]:
+def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: str | None = None) -> dict[str, str]:
+    """The workers' environment: ``resolved`` is the launcher's resolved configuration (JSON), which
+    they take as it is instead of validating the command line again (1 + N times in all)."""
     env = dict(os.environ)
+    if resolved is not None:
+        env[RESOLVED_CONFIG_VARIABLE] = resolved
     if max_restarts and RENDEZVOUS_FILE_VARIABLE not in env:
         # A restarted attempt re-forming its gloo group through torchrun's store timed out in
         # connectFullMesh in 2 of 6 tries here (torch 2.14.1); a fresh file store per attempt
@@ -62,7 +70,9 @@ def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0) -> dict[st
     return env
 
 
-def launch_local(nproc: int, bench_args: list[str], accelerator: str, max_restarts: int = 0) -> int:
+def launch_local(
+    nproc: int, bench_args: list[str], accelerator: str, max_restarts: int = 0, resolved: str | None = None
+) -> int:
     """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code.
 
     torchrun's output passes through; after a failure, one line below it says which rank failed
@@ -70,7 +80,7 @@ def launch_local(nproc: int, bench_args: list[str], accelerator: str, max_restar
     command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
     with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes:
-        env = {**torchrun_env(nproc, accelerator, max_restarts), FAILURE_DIR_VARIABLE: notes}
+        env = {**torchrun_env(nproc, accelerator, max_restarts, resolved), FAILURE_DIR_VARIABLE: notes}
         returncode = processes.run(command, env)
         if returncode != 0:
             print(f"bench run: {read_failures(Path(notes)).line()}", file=sys.stderr)
@@ -78,12 +88,14 @@ def launch_local(nproc: int, bench_args: list[str], accelerator: str, max_restar
 
 
 def child_command(
-    bench_args: list[str], per_device: bool, nproc: int, accelerator: str, max_restarts: int = 0
+    bench_args: list[str], per_device: bool, nproc: int, accelerator: str, max_restarts: int = 0,
+    resolved: str | None = None,
 ) -> tuple[list[str], dict]:
     """The command (and environment) that runs ``bench_args`` in a fresh process: torchrun directly for
     per-device strategies, sparing the sweep a ``bench`` process whose only job would be to start it."""
     if per_device:
-        return torchrun_command(nproc, bench_args, max_restarts), torchrun_env(nproc, accelerator, max_restarts)
+        env = torchrun_env(nproc, accelerator, max_restarts, resolved)
+        return torchrun_command(nproc, bench_args, max_restarts), env
     return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)
 
 

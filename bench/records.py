@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.config import RunConfig
 from bench.devices import peak_flops_per_s
 from bench.runner import RunResult, global_losses, step_times_ms
+from strategies.devices import is_emulated
 
 RECORD_VERSION = 1
 """Bumped whenever a field changes meaning or goes away; readers refuse other versions."""
@@ -171,7 +172,7 @@ def failure_record(
         "device_count": config.devices,
         "global_batch_size": config.batch_size,
         "precision": config.precision,
-        "emulated": config.accelerator == "cpu" and config.devices > 1,
+        "emulated": is_emulated(config.accelerator, config.devices),
         "config": config.as_dict(),
         "env": env,
     }

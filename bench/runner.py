@@ -6,22 +6,21 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 import models
 from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
-from bench.devices import peak_memory, reset_peak_memory, synchronize
 from bench.failures import note_step
 from bench.faults import fault_for
 from bench.knobs import apply_model_knobs
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
-from strategies import Launch, Strategy, Topology, get_strategy
+from strategies import Launch, Strategy, Topology, build_strategy
+from strategies.devices import peak_memory, reset_peak_memory, synchronize
 from strategies.distributed import gather_objects, process_group, torchrun_topology
 from strategies.precision import set_tf32
 
@@ -44,8 +43,8 @@ class RankStats:
     threads: int = 0
     skipped_steps: int = 0
     """Optimizer steps fp16's gradient scaler skipped (0 in other precisions)."""
-    strategy_fields: dict[str, object] = field(default_factory=dict)
-    """What this rank's strategy measured beyond step times (``Strategy.rank_fields``)."""
+    strategy_fields: Any = None
+    """What this rank's strategy measured beyond step times (``Strategy.rank_fields``: its own type)."""
 
 
 @dataclass(frozen=True)
@@ -92,29 +91,24 @@ class PreparedRun:
         return loss
 
 
-@contextmanager
-def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> Iterator[PreparedRun]:
-    """Sets up ``config`` (already resolved) on this process; tears the strategy down on exit."""
+def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> PreparedRun:
+    """Sets up ``config`` (already resolved) on this process, inside its process group if it has one."""
     if topo.devices[0].type == "cuda":
         set_tf32(config.precision)
     if config.deterministic:
         make_deterministic()
-    strategy.setup(topo)
-    try:
-        # Same seed, same initial weights on every rank and in every strategy: the basis of
-        # the equivalence checks.
-        torch.manual_seed(config.seed)
-        spec = models.build_model(config.model, config.preset, config.norm)
-        if config.load_checkpoint:
-            spec.blocks.load_state_dict(load_checkpoint(config.load_checkpoint, spec.name, config.preset))
-        flops = train_flops_per_sample(spec) if topo.rank == 0 else None
-        apply_model_knobs(spec, config)
-        model = strategy.prepare(spec, topo)
-        optimizer = make_optimizer(config, model)
-        dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
-        yield PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
-    finally:
-        strategy.teardown()
+    # Same seed, same initial weights on every rank and in every strategy: the basis of
+    # the equivalence checks.
+    torch.manual_seed(config.seed)
+    spec = models.build_model(config.model, config.preset, config.norm)
+    if config.load_checkpoint:
+        spec.blocks.load_state_dict(load_checkpoint(config.load_checkpoint, spec.name, config.preset))
+    flops = train_flops_per_sample(spec) if topo.rank == 0 else None
+    apply_model_knobs(spec, config)
+    model = strategy.prepare(spec, topo)
+    optimizer = make_optimizer(config, model)
+    dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
+    return PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
 
 
 def make_deterministic() -> None:
@@ -134,7 +128,7 @@ def train(config: RunConfig, capture_state: bool = False) -> RunResult:
 
     With ``capture_state`` the result also holds this process's trained parameters, as the
     equivalence checks compare them with the single-device reference's."""
-    strategy = get_strategy(config)
+    strategy = build_strategy(config.strategy, config)
     topo = topology_for(strategy, config)
     if strategy.launch is not Launch.PER_DEVICE:
         return _train(config, strategy, topo, capture_state)
@@ -144,24 +138,24 @@ def train(config: RunConfig, capture_state: bool = False) -> RunResult:
 
 
 def _train(config: RunConfig, strategy: Strategy, topo: Topology, capture_state: bool) -> RunResult:
-    with prepared_run(config, strategy, topo) as run:
-        stats = _timed_steps(run, config)
-        stats.strategy_fields = run.strategy.rank_fields()
-        ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
-        state = None
-        if capture_state or config.save_checkpoint:
-            state = {k: v.detach().to("cpu", copy=True) for k, v in run.strategy.model_state(run.model).items()}
-        if config.save_checkpoint:
-            _save_merged(config, run, state)
-        fields = run.strategy.record_fields([r.strategy_fields for r in ranks])
-        return RunResult(run.topology, ranks, run.flops_per_sample, fields, state)
+    run = prepared_run(config, strategy, topo)
+    stats = _timed_steps(run, config)
+    stats.strategy_fields = strategy.rank_fields(run.model, topo)
+    ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
+    state = None
+    if capture_state or config.save_checkpoint:
+        state = {k: v.detach().to("cpu", copy=True) for k, v in strategy.model_state(run.model).items()}
+    if config.save_checkpoint:
+        _save_merged(config, run, state)
+    fields = strategy.record_fields(run.model, [r.strategy_fields for r in ranks])
+    return RunResult(topo, ranks, run.flops_per_sample, fields, state)
 
 
 def _save_merged(config: RunConfig, run: PreparedRun, state: dict[str, torch.Tensor]) -> None:
     """Rank 0 writes the whole model: replicas agree, and pipeline stages add up to it."""
     merged: dict[str, torch.Tensor] = {}
     for part in gather_objects(state):
-        merged.update(part)  # type: ignore[arg-type]
+        merged.update(part)
     if run.topology.rank == 0:
         ordered = {k: merged[k] for k in run.spec.blocks.state_dict()}  # the model's own key order
         save_checkpoint(config.save_checkpoint, ordered, run.spec.name, config.preset, config.strategy)

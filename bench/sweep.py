@@ -13,7 +13,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -24,12 +23,13 @@ from tqdm import tqdm
 import models
 from bench import launch
 from bench.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
-from bench.config import SCALINGS, RunConfig, gpus_available, resolve
+from bench.config import SCALINGS, RunConfig, default_device_counts, resolve, to_json, unread_groups_reset
 from bench.environment import environment
-from bench.labels import describe
+from bench.labels import run_label
 from bench.launch import ChildOutcome, child_command
 from bench.records import RecordError, append_record, failure_record, read_records
-from strategies import STRATEGIES, ConfigError, Launch
+from strategies import STRATEGIES, ConfigError, Launch, Strategy, strategy_class
+from strategies.options import PipelineOptions, SplitOptions
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,7 @@ class PlannedRun:
 
     @property
     def label(self) -> str:
-        c = self.config
-        return f"{describe(c.as_dict())} {c.model} x{c.devices}"
+        return run_label(self.config.as_dict())
 
 
 def run_key(config: dict[str, object]) -> str:
@@ -81,18 +80,24 @@ def plan(sweep: SweepConfig) -> list[PlannedRun]:
         cls = STRATEGIES[strategy]
         if devices < cls.min_devices or (cls.max_devices is not None and devices > cls.max_devices):
             continue  # not a configuration at all (single on 2 devices), so not a skipped one either
-        axes = {name: _axis(sweep, name) for name in cls.sweep_options if _axis(sweep, name)}
+        axes = _axes(sweep, cls)
         for values in itertools.product(*axes.values()):
             config = dataclasses.replace(
                 sweep.base, strategy=strategy, model=model, devices=devices, scaling=sweep.scaling,
                 batch_size=_global_batch(sweep, model, devices), **dict(zip(axes, values, strict=True)),
-            )  # fmt: skip
-            runs.append(_checked(config, cls.needs_gpus))
+            )
+            runs.append(_checked(unread_groups_reset(config), cls.needs_gpus))
     return runs
 
 
-def _axis(sweep: SweepConfig, option: str) -> tuple[object, ...]:
-    return {"microbatches": sweep.microbatches, "schedule": sweep.schedules}.get(option, ())
+def _axes(sweep: SweepConfig, cls: type[Strategy]) -> dict[str, tuple[object, ...]]:
+    """The sweep's axes that ``cls`` reads: micro-batches for strategies that split, schedules for pipelines."""
+    axes: dict[str, tuple[object, ...]] = {}
+    if SplitOptions in cls.reads:
+        axes["microbatches"] = sweep.microbatches
+    if PipelineOptions in cls.reads:
+        axes["schedule"] = sweep.schedules
+    return axes
 
 
 def _global_batch(sweep: SweepConfig, model: str, devices: int) -> int:
@@ -159,9 +164,10 @@ def _rows_for(out: Path, key: str) -> int:
 def run_child(config: RunConfig, timeout_s: float, log_path: Path | None = None) -> ChildOutcome:
     """``bench run`` for one configuration in a fresh process (torchrun where it needs one)."""
     per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
-    command, env = child_command(
-        ["run", *config_to_argv(config)], per_device, config.devices, config.accelerator, config.max_restarts
-    )
+    # torchrun's workers take the configuration as the sweep resolved it; a `bench run` child
+    # (one process) validates its own command line, once.
+    command, env = child_command(["run", *config_to_argv(config)], per_device, config.devices, config.accelerator,
+                                 config.max_restarts, to_json(config))
     return launch.run_child(command, env, timeout_s, log_path)
 
 
@@ -169,16 +175,6 @@ def child_log(out: Path, label: str) -> Path:
     """Where a sweep keeps a child's whole output: beside its results, named by its label."""
     name = re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_")
     return out.parent / f"{out.stem}.logs" / f"{name}.log"
-
-
-def default_device_counts(accelerator: str) -> tuple[int, ...]:
-    """1, 2, 4, 8 ... up to the GPUs present; on the CPU up to the cores (at most 4), emulated."""
-    limit = gpus_available() if accelerator == "cuda" else min(os.cpu_count() or 1, 4)
-    counts, n = [], 1
-    while n <= max(limit, 1):
-        counts.append(n)
-        n *= 2
-    return tuple(counts)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -206,7 +202,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     # Fewer steps than a single run: a sweep's cost is mostly process start-up, and 6 timed steps
     # after 2 warm-up ones already give a stable median on every preset.
     add_config_arguments(parser, RunConfig, skip=SWEPT_FIELDS,
-                         defaults={"out": "results/sweep.jsonl", "steps": 6, "warmup": 2})  # fmt: skip
+                         defaults={"out": "results/sweep.jsonl", "steps": 6, "warmup": 2})
 
 
 # Fields that the sweep sets per point rather than taking from the command line.
@@ -216,7 +212,9 @@ SWEPT_FIELDS = ("strategy", "model", "devices", "microbatches", "schedule", "sca
 def main(args: argparse.Namespace) -> int:
     base = config_from_args(RunConfig, args, skip=SWEPT_FIELDS)
     try:
-        resolved_base = resolve(base)
+        # The strategies' own options are checked point by point; the rest once, here.
+        neutral = unread_groups_reset(base)
+        resolved_base = resolve(neutral)
         for name, values in (("--devices", args.devices), ("--microbatches", args.microbatches)):
             if values is not None and (not values or min(values) < 1):
                 raise ConfigError(f"{name} must list numbers of at least 1, got {values}")
@@ -228,12 +226,11 @@ def main(args: argparse.Namespace) -> int:
             base=dataclasses.replace(base, accelerator=resolved_base.accelerator),
             scaling=args.scaling, microbatches=args.microbatches, schedules=args.schedules,
             run_timeout_s=args.run_timeout_s,
-        )  # fmt: skip
+        )
         for name in sweep.strategies:
-            if name not in STRATEGIES:
-                raise ConfigError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+            strategy_class(name)
         for name in sweep.models:
-            resolve(dataclasses.replace(base, model=name))
+            resolve(dataclasses.replace(neutral, model=name))
         runs = plan(sweep)
         done = set() if args.force else completed_keys(Path(base.out))
     except (ConfigError, RecordError) as exc:

@@ -18,13 +18,10 @@ from pathlib import Path
 import models
 from bench.checkpoint import load_checkpoint
 from bench.cli_args import comma_list, fail
-from bench.config import RunConfig, resolve
+from bench.config import ATOL, RTOL, RunConfig, checked_microbatches, resolve
 from bench.records import RECORD_VERSION, append_record, read_records
 from bench.sweep import run_child, run_key
-from strategies import STRATEGIES, ConfigError
-
-RTOL, ATOL = 1e-4, 1e-5
-"""fp32 tolerance: sharded batches and reduced gradients sum in another order, a few ulps per step."""
+from strategies import STRATEGIES, ConfigError, strategy_class
 
 
 def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
@@ -32,15 +29,14 @@ def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
     # default memory format even on GPUs (whose default is bf16): the proof is held to fp32's tolerance.
     return RunConfig(strategy="single", model=model, preset="tiny", norm="group", batch_size=8, steps=steps,
                      warmup=0, seed=0, out=str(folder / "runs.jsonl"), accelerator="auto", precision="fp32",
-                     channels_last=False)  # fmt: skip
+                     channels_last=False)
 
 
 def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path) -> RunConfig:
-    options = STRATEGIES[strategy].sweep_options
     return dataclasses.replace(
-        reference, strategy=strategy, devices=devices, microbatches=4 if "microbatches" in options else 1,
+        reference, strategy=strategy, devices=devices, microbatches=checked_microbatches(strategy),
         save_checkpoint=str(folder / f"{strategy}-{reference.model}-{devices}.pt"),
-    )  # fmt: skip
+    )
 
 
 def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[float, float, bool]:
@@ -60,19 +56,19 @@ def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[
 
 
 def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: int, steps: int,
-           timeout_s: float) -> list[dict[str, object]]:  # fmt: skip
+           timeout_s: float) -> list[dict[str, object]]:
     """One verify row per strategy and model (skipped ones carry the reason)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         folder = Path(tmp)
         for model in model_names:
             want = resolve(dataclasses.replace(reference_config(model, folder, steps),
-                                               save_checkpoint=str(folder / f"single-{model}.pt")))  # fmt: skip
+                                               save_checkpoint=str(folder / f"single-{model}.pt")))
             reference_run = run_child(want, timeout_s)
             status, reason = reference_run.status, reference_run.reason
             for strategy in strategies:
                 row = {"record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
-                       "devices": devices, "max_param_diff": None, "max_loss_diff": None, "passed": False}  # fmt: skip
+                       "devices": devices, "max_param_diff": None, "max_loss_diff": None, "passed": False}
                 rows.append(row)
                 if status != "ok":
                     row["reason"] = f"reference run {status}: {reason}"
@@ -111,8 +107,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         for name in args.strategies:
-            if name not in STRATEGIES:
-                raise ConfigError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+            strategy_class(name)
         for name in args.models:
             resolve(RunConfig(model=name, preset="tiny", out=args.out))
         for flag, value in (("--devices", args.devices), ("--steps", args.steps)):

@@ -36,18 +36,18 @@ def build_report(results: Results, out: Path) -> list[Path]:
     if not runs.empty:
         sections.append(Section("Fastest correct strategy", [
             "For each model and device count, the fastest strategy not shown to be wrong by `bench verify` "
-            "(`verified` says whether it was checked)."], [fastest(runs)]))  # fmt: skip
+            "(`verified` says whether it was checked)."], [fastest(runs)]))
         sections.append(Section("Throughput and scaling", [
             "Speed-up is samples/s over `single` on one device for the same model, preset and scaling mode; "
             "efficiency is speed-up / devices."], [results_table(runs)],
-            _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))  # fmt: skip
-        sections.append(_mfu(runs, out))
+            _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))
+        sections.append(mfu_section(runs, out))
         hybrid = hybrid_vs_parts(runs)
         if not hybrid.empty:
             sections.append(Section("Hybrid against its parts", [
                 "A dp x pp hybrid's efficiency over the product of ddp's efficiency on D devices and pp's on P "
                 "(same schedule and micro-batches): 1.0 means data and pipeline parallelism compose without loss; "
-                "empty where a part was not measured."], [hybrid]))  # fmt: skip
+                "empty where a part was not measured."], [hybrid]))
         memory = [figures.memory(runs, out), figures.throughput_vs_memory(runs, out)]
         sections.append(Section("Memory", [], [], _present(memory)))
         compare = _present([figures.dp_vs_ddp(runs, out)])
@@ -57,10 +57,10 @@ def build_report(results: Results, out: Path) -> list[Path]:
         if pipeline:
             sections.append(Section("Pipelines", [
                 "Bubble: the fraction of a step a stage sits idle. Theoretical: (p-1)/(m+p-1) for GPipe and 1F1B, "
-                "divided by v for interleaved schedules."], [], pipeline))  # fmt: skip
+                "divided by v for interleaved schedules."], [], pipeline))
     if not results.verify.empty:
         columns = [c for c in ("strategy", "model", "devices", "max_param_diff", "max_loss_diff", "passed")
-                   if c in results.verify.columns]  # fmt: skip
+                   if c in results.verify.columns]
         sections.append(Section("Verification against single", [], [results.verify[columns]]))
     sections.append(_fidelity(results.fidelity))
     sections.append(_not_run(results))
@@ -88,17 +88,17 @@ def _overview(results: Results, emulated: bool) -> Section:
     return Section("Overview", text)
 
 
-def _mfu(runs: pd.DataFrame, out: Path) -> Section:
+def mfu_section(runs: pd.DataFrame, out: Path) -> Section:
     """The MFU figure where some run knew its devices' peak FLOP/s, else why there is none."""
     figure = figures.mfu(runs, out)
     if figure is None:
         return Section("MFU", [
             "MFU is left out: no run knows its devices' peak FLOP/s. Only GPUs listed in `bench/devices.py` "
             "(`PEAK_FLOPS`) have one, or a peak given to `bench run --peak-tflops`; a made-up peak would make a "
-            "made-up MFU."])  # fmt: skip
+            "made-up MFU."])
     return Section("MFU", [
         "Model FLOPs utilisation: forward+backward FLOPs per sample (counted by `torch.utils.flop_counter`) "
-        "times samples/s, over the devices' peak FLOP/s times the device count."], [], [figure])  # fmt: skip
+        "times samples/s, over the devices' peak FLOP/s times the device count."], [], [figure])
 
 
 # One sentence per kind of ``bench fidelity`` comparison, shown for those present.
@@ -133,7 +133,7 @@ def _fidelity(fidelity: pd.DataFrame) -> Section:
     warning = figures.warning_for(fidelity)
     if warning:
         section.paragraphs.append(f"{warning}. Rows marked emulated time several processes sharing the CPU's cores: "
-                                  "they say what the harness costs there, not how a GPU machine would do.")  # fmt: skip
+                                  "they say what the harness costs there, not how a GPU machine would do.")
     columns = ["name", "model", "measured", "target", "met", "machine", "emulated"]
     section.tables.append(fidelity[columns].rename(columns={"name": "comparison"}))
     return section
@@ -159,7 +159,7 @@ def _not_run(results: Results) -> Section:
         section.tables.append(results.failures)
     if results.bad_lines:
         section.tables.append(pd.DataFrame(
-            [{"file": str(p), "line": b.line_number, "reason": b.reason} for p, b in results.bad_lines]))  # fmt: skip
+            [{"file": str(p), "line": b.line_number, "reason": b.reason} for p, b in results.bad_lines]))
     if not section.tables:
         section.paragraphs.append("None: every configuration produced a record.")
     return section

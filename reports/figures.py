@@ -35,7 +35,7 @@ def _finish(fig: plt.Figure, title: str, runs: pd.DataFrame, path: Path) -> Path
     if warning:
         note = offset_copy(fig.transFigure, fig=fig, y=6, units="points")
         fig.text(0.5, 1.0, warning, ha="center", va="bottom", color="firebrick", fontsize=10, weight="bold",
-                 transform=note)  # fmt: skip
+                 transform=note)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -62,7 +62,7 @@ def throughput(runs: pd.DataFrame, baseline: pd.DataFrame, out: Path) -> Path | 
             ax.errorbar(part["devices"], part["samples_per_s"],
                         yerr=[part["samples_per_s"] - part["samples_per_s_low"],
                               part["samples_per_s_high"] - part["samples_per_s"]],
-                        fmt="none", ecolor=colours[variant_name], capsize=3)  # fmt: skip
+                        fmt="none", ecolor=colours[variant_name], capsize=3)
         base = baseline[baseline["panel"] == panel_name]
         if not base.empty:
             one = float(base["samples_per_s"].iloc[0])
@@ -72,7 +72,7 @@ def throughput(runs: pd.DataFrame, baseline: pd.DataFrame, out: Path) -> Path | 
     grid.set_axis_labels("devices", "samples/s")
     grid.add_legend(title="strategy (dashed: ideal linear from single)")
     return _finish(grid.figure, "Throughput vs devices (error bars: step-time IQR)", runs,
-                   out / "throughput.png")  # fmt: skip
+                   out / "throughput.png")
 
 
 def scaling(runs: pd.DataFrame, out: Path) -> Path | None:
@@ -81,7 +81,7 @@ def scaling(runs: pd.DataFrame, out: Path) -> Path | None:
     if data.empty:
         return None
     long = data.melt(id_vars=["panel", "variant", "devices"], value_vars=["speedup", "efficiency"],
-                     var_name="figure", value_name="value")  # fmt: skip
+                     var_name="figure", value_name="value")
     grid = sns.FacetGrid(long, row="figure", col="panel", hue="variant", sharey="row", height=3, aspect=1.2)
     grid.map_dataframe(sns.lineplot, x="devices", y="value", marker="o", errorbar=None)
     for ax in grid.axes.flat:
@@ -91,7 +91,7 @@ def scaling(runs: pd.DataFrame, out: Path) -> Path | None:
     grid.set_titles("{row_name} | {col_name}")
     grid.add_legend(title="strategy")
     return _finish(grid.figure, "Speed-up over single and scaling efficiency", data,
-                   out / "scaling.png")  # fmt: skip
+                   out / "scaling.png")
 
 
 def memory(runs: pd.DataFrame, out: Path) -> Path | None:
@@ -100,11 +100,11 @@ def memory(runs: pd.DataFrame, out: Path) -> Path | None:
         return None
     sources = ", ".join(sorted(runs["peak_mem_source"].unique()))
     grid = sns.catplot(data=runs, x="devices", y="peak_mem_mib_per_device", hue="variant", col="panel", kind="bar",
-                       sharey=False, height=3.4, errorbar=None)  # fmt: skip
+                       sharey=False, height=3.4, errorbar=None)
     grid.set_titles("{col_name}")
     grid.set_axis_labels("devices", "peak memory per device (MiB)")
     return _finish(grid.figure, f"Peak memory per device (measured as {sources})", runs,
-                   out / "memory.png")  # fmt: skip
+                   out / "memory.png")
 
 
 def throughput_vs_memory(runs: pd.DataFrame, out: Path) -> Path | None:
@@ -112,7 +112,7 @@ def throughput_vs_memory(runs: pd.DataFrame, out: Path) -> Path | None:
     if runs.empty:
         return None
     grid = sns.relplot(data=runs, x="peak_mem_mib_per_device", y="samples_per_s", hue="variant", style="devices",
-                       col="panel", s=80, height=3.4, facet_kws={"sharex": False, "sharey": False})  # fmt: skip
+                       col="panel", s=80, height=3.4, facet_kws={"sharex": False, "sharey": False})
     grid.set_titles("{col_name}")
     grid.set_axis_labels("peak memory per device (MiB)", "samples/s")
     return _finish(grid.figure, "Throughput vs memory", runs, out / "throughput_vs_memory.png")
@@ -125,7 +125,7 @@ def mfu(runs: pd.DataFrame, out: Path) -> Path | None:
     if data.empty:
         return None
     grid = sns.catplot(data=data, x="devices", y="mfu", hue="variant", col="panel", kind="bar", sharey=False,
-                       height=3.4, errorbar=None)  # fmt: skip
+                       height=3.4, errorbar=None)
     grid.set_titles("{col_name}")
     grid.set_axis_labels("devices", "MFU (achieved / peak FLOP/s)")
     return _finish(grid.figure, "Model FLOPs utilisation", data, out / "mfu.png")
@@ -137,9 +137,9 @@ def dp_vs_ddp(runs: pd.DataFrame, out: Path) -> Path | None:
     if data["strategy"].nunique() < 2:
         return None
     grid = sns.catplot(data=data, x="devices", y="samples_per_s", hue="strategy", col="panel", kind="bar",
-                       sharey=False, height=3.4, errorbar=None)  # fmt: skip
+                       sharey=False, height=3.4, errorbar=None)
     return _finish(grid.figure, "nn.DataParallel vs DistributedDataParallel", data,
-                   out / "dp_vs_ddp.png")  # fmt: skip
+                   out / "dp_vs_ddp.png")
 
 
 def bubbles(runs: pd.DataFrame, out: Path) -> Path | None:
@@ -154,10 +154,10 @@ def bubbles(runs: pd.DataFrame, out: Path) -> Path | None:
         value_name="fraction",
     )
     grid = sns.relplot(data=long, x="microbatches", y="fraction", hue="bubble", style="schedule", col="panel",
-                       row="devices", kind="line", marker="o", errorbar=None, height=3, aspect=1.2)  # fmt: skip
+                       row="devices", kind="line", marker="o", errorbar=None, height=3, aspect=1.2)
     grid.set_titles("{col_name}, {row_name} devices")
     return _finish(grid.figure, "Pipeline bubble: measured vs theoretical", data,
-                   out / "bubbles.png")  # fmt: skip
+                   out / "bubbles.png")
 
 
 def timeline(events: list[dict[str, object]], title: str, run: pd.DataFrame, out: Path) -> Path | None:
@@ -173,9 +173,9 @@ def timeline(events: list[dict[str, object]], title: str, run: pd.DataFrame, out
     for e in events:
         start, end = float(e["start_ms"]), float(e["end_ms"])
         ax.barh(int(e["rank"]), end - start, left=start, color=colours.get(str(e["kind"]), "tab:grey"),
-                edgecolor="white", height=0.7)  # fmt: skip
+                edgecolor="white", height=0.7)
         ax.text((start + end) / 2, int(e["rank"]), str(e.get("microbatch", "")), ha="center", va="center",
-                fontsize=7, color="white")  # fmt: skip
+                fontsize=7, color="white")
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("ms since the step started")

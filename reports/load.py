@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.labels import describe
+from bench import labels
 from bench.records import BadLine, RecordError, read_records
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Results:
 
 def variant(record: dict[str, object]) -> str:
     """The strategy and the options that tell its sweep points apart: ``pp (1f1b, m=8)``."""
-    return describe({**(record.get("config") or {}), "strategy": record["strategy"]})
+    return labels.variant({**(record.get("config") or {}), "strategy": record["strategy"]})
 
 
 def run_row(record: dict[str, object]) -> dict[str, object]:
@@ -72,8 +72,10 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "bubble_measured": fields.get("measured_bubble_fraction"),
         "bubble_theoretical": fields.get("theoretical_bubble_fraction"),
         "stage_imbalance": fields.get("stage_imbalance"),
+        "stages_per_rank": config.get("stages_per_rank", 1),
         "dp": fields.get("dp"),
         "pp": fields.get("pp"),
+        "parts": fields.get("parts"),
         "accelerator": record["accelerator"],
     }
 
@@ -93,7 +95,7 @@ def load(paths: list[Path]) -> Results:
         {"strategy": r["strategy"], "model": r["model"], "devices": r["device_count"], "status": r["status"],
          "reason": r.get("reason", "")}
         for r in records if r.get("kind", "run") == "run" and r["status"] != "ok"
-    ]  # fmt: skip
+    ]
     verify = [r for r in records if r.get("kind") == "verify"]
     fidelity = _frame([fidelity_row(r) for r in records if r.get("kind") == "fidelity" and r["status"] == "ok"])
     if not fidelity.empty:
@@ -120,7 +122,7 @@ def fidelity_row(record: dict[str, object]) -> dict[str, object]:
 
 # The figures of a comparison, for records written before they carried their own ``figure`` text.
 _OLDER_FIGURES = ("ratio", "speedup", "share_of_ideal", "measured_bubble_fraction", "theoretical_bubble_fraction",
-                  "suite_ms", "baseline_ms")  # fmt: skip
+                  "suite_ms", "baseline_ms")
 
 
 def _fidelity_figure(record: dict[str, object]) -> str:

@@ -58,25 +58,36 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
 def results_table(runs: pd.DataFrame) -> pd.DataFrame:
     columns = ["panel", "devices", "variant", "scaling", "global_batch", "samples_per_s", "step_time_ms",
                "step_time_iqr_ms", "speedup", "efficiency", "peak_mem_mib_per_device", "mfu", "verified", "emulated",
-               "oversubscribed"]  # fmt: skip
+               "oversubscribed"]
     present = [c for c in columns if c in runs.columns]
     return runs.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False])[present]
 
 
 def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each hybrid run's efficiency against the product of its parts': ``ddp`` on D devices and ``pp``
-    on P devices (same panel, scaling, schedule and micro-batches). 1.0: dp and pp compose perfectly."""
+    """Each hybrid run's efficiency against the product of its parts', the runs its record names
+    (``parts``: ``ddp`` on D devices and ``pp`` on P devices at the hybrid's per-device batch, pp with
+    its schedule and micro-batches). 1.0: dp and pp compose perfectly; NaN: a part was not measured."""
     if runs.empty or "hybrid" not in set(runs["strategy"]):
         return pd.DataFrame()
     rows = []
     for h in runs[runs["strategy"] == "hybrid"].itertuples():
-        same = runs[(runs["panel"] == h.panel) & (runs["scaling"] == h.scaling)]
-        ddp = same[(same["strategy"] == "ddp") & (same["devices"] == h.dp)]
-        pp = same[(same["strategy"] == "pp") & (same["devices"] == h.pp) & (same["schedule"] == h.schedule)
-                  & (same["microbatches"] == h.microbatches)]  # fmt: skip
-        ddp_eff = ddp["efficiency"].max() if not ddp.empty else float("nan")
-        pp_eff = pp["efficiency"].max() if not pp.empty else float("nan")
+        parts = h.parts if isinstance(h.parts, dict) else {}
+        ddp_eff, pp_eff = (_part_efficiency(runs, h.panel, parts.get(name)) for name in ("ddp", "pp"))
         rows.append({"panel": h.panel, "variant": h.variant, "dp": h.dp, "pp": h.pp, "efficiency": h.efficiency,
                      "ddp_efficiency": ddp_eff, "pp_efficiency": pp_eff,
-                     "vs_product_of_parts": h.efficiency / (ddp_eff * pp_eff)})  # fmt: skip
+                     "vs_product_of_parts": h.efficiency / (ddp_eff * pp_eff)})
     return pd.DataFrame(rows)
+
+
+PART_COLUMNS = {"batch_size": "global_batch"}
+"""Record keys of a hybrid's ``parts`` whose report column has another name."""
+
+
+def _part_efficiency(runs: pd.DataFrame, panel: str, part: dict | None) -> float:
+    """The best efficiency among the runs of ``panel`` that match every key of ``part``."""
+    if not part:
+        return float("nan")
+    match = runs["panel"] == panel
+    for key, value in part.items():
+        match &= runs[PART_COLUMNS.get(key, key)] == value
+    return runs.loc[match, "efficiency"].max() if match.any() else float("nan")

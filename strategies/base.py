@@ -6,25 +6,31 @@ One interface covers every shape a strategy takes:
     IN_PROCESS     1                  1..N                   single, dp (nn.DataParallel), mp (layers split)
     PER_DEVICE     N (torchrun)       1                      ddp, pp (one stage per rank), hybrid (dp x pp)
 
-The runner (bench/runner.py) calls the methods in this order on every process:
+A strategy is built from the option groups it reads (strategies/options.py) and keeps no state
+of a run: what it builds lives on the module ``prepare`` returns, which stands in for the model.
+The runner (bench/runner.py) calls, on every process, inside the process group it owns for
+PER_DEVICE strategies:
 
-    validate -> setup -> prepare -> [shard_batch -> train_step] x steps -> teardown
+    validate (before any process starts) -> prepare -> [shard_batch -> train_step] x steps
+        -> rank_fields -> (reporting rank) record_fields
 """
 
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from models.spec import ModelSpec
-
-if TYPE_CHECKING:  # the config names strategies; strategies only read it
-    from bench.config import RunConfig
+from strategies.devices import devices_for, is_emulated
+from strategies.errors import ConfigError
+from strategies.options import ModelFacts, RunOptions
+from strategies.precision import Precision
 
 
 class Launch(enum.Enum):
@@ -61,62 +67,54 @@ class Topology:
         return self.world_size > 1
 
 
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message is the one line the user sees."""
-
-
 class Strategy(ABC):
     """A parallelism strategy. Subclasses override ``prepare`` and, where they must, the rest.
 
     The defaults describe one process training a whole model on ``topo.devices[0]``.
     """
 
-    name: str
+    name: ClassVar[str]
     """Short registry name (``single``, ``ddp``, ...)."""
-    launch: Launch = Launch.IN_PROCESS
+    launch: ClassVar[Launch] = Launch.IN_PROCESS
     """IN_PROCESS strategies run inside the ``bench`` process; PER_DEVICE ones under torchrun."""
-    description: str = ""
+    description: ClassVar[str] = ""
     """One line for ``python -m bench list``."""
-    sweep_options: tuple[str, ...] = ()
-    """RunConfig fields this strategy reads that a sweep may vary (``microbatches``, ``schedule``)."""
-    min_devices: int = 1
+    reads: ClassVar[tuple[type, ...]] = ()
+    """Option groups this strategy reads beyond RunOptions; each reaches ``__init__`` as a keyword
+    argument named by the group's ``key``. Flags of any other group are refused for it."""
+    min_devices: ClassVar[int] = 1
     """The fewest devices that make the strategy what it is (a pipeline has 2 stages); sweeps plan no fewer."""
-    max_devices: int | None = None
+    max_devices: ClassVar[int | None] = None
     """The most devices the strategy can use (1 for ``single``); sweeps plan no larger point."""
-    compile_refusal: str | None = None
+    compile_refusal: ClassVar[str | None] = None
     """Why ``--compile`` cannot work with this strategy, in a few words; None where it can."""
-    needs_gpus: bool = False
+    fp16_refusal: ClassVar[str | None] = None
+    """Why ``--precision fp16`` cannot work with this strategy (after "--precision fp16 "); None where it can."""
+    needs_gpus: ClassVar[bool] = False
     """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
 
-    def __init__(self, config: RunConfig) -> None:
-        self.config = config
-        """The resolved run configuration (defaults filled in, already validated by bench.config)."""
-        from strategies.precision import Precision  # precision.py imports ConfigError from here
-
-        self.precision = Precision(config.precision, "cuda" if config.accelerator == "cuda" else "cpu")
+    def __init__(self, run: RunOptions) -> None:
+        self.run = run
+        """The devices, batch and precision (resolved: defaults filled in, already validated)."""
+        self.precision = Precision(run.precision, "cuda" if run.accelerator == "cuda" else "cpu")
         """How the step's arithmetic runs: autocast for bf16/fp16, fp16's gradient scaler."""
 
-    def validate(self, gpus_available: int) -> None:
+    def validate(self, facts: ModelFacts) -> None:
         """Raises ConfigError for a configuration this strategy cannot run. Called before any
         process starts, so every check that needs only numbers belongs here.
 
         The default admits one device, the shape of the baseline."""
-        if self.config.devices != 1:
-            raise ConfigError(f"strategy {self.name!r} runs on exactly 1 device, got --devices {self.config.devices}")
-
-    def setup(self, topo: Topology) -> None:  # noqa: B027
-        """Creates process groups and other per-run state. Default: nothing to set up."""
-
-    def teardown(self) -> None:  # noqa: B027
-        """Releases what ``setup`` created; called even when a step raised."""
+        if self.run.devices != 1:
+            raise ConfigError(f"strategy {self.name!r} runs on exactly 1 device, got --devices {self.run.devices}")
 
     def local_topology(self) -> Topology:
         """The topology of an IN_PROCESS run: this process drives ``config.devices`` devices.
 
         A strategy that cannot use the devices asked for (nn.DataParallel on a CPU) overrides
         this, so that the record counts the devices that really worked."""
-        emulated = self.config.accelerator == "cpu" and self.config.devices > 1
-        return Topology(devices=devices_for(self.config.accelerator, self.config.devices), emulated=emulated)
+        run = self.run
+        devices = devices_for(run.accelerator, run.devices)
+        return Topology(devices=devices, emulated=is_emulated(run.accelerator, run.devices))
 
     @abstractmethod
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
@@ -150,19 +148,12 @@ class Strategy(ABC):
         keyed like ``ModelSpec.blocks.state_dict()``."""
         return model.state_dict()
 
-    def rank_fields(self) -> dict[str, object]:
-        """What this process measured beyond step times (a stage's busy time, say). Every rank's
-        dict reaches ``record_fields`` on the reporting rank. Must be picklable."""
-        return {}
+    def rank_fields(self, model: nn.Module, topo: Topology) -> Any:
+        """What this process measured beyond step times (a stage's timings, say), or None. Every
+        rank's reaches ``record_fields`` on the reporting rank, so it must be picklable."""
+        return None
 
-    def record_fields(self, per_rank: list[dict[str, object]]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[Any]) -> dict[str, object]:
         """Strategy-specific knobs and figures for the record's ``strategy_fields``, from every
-        rank's ``rank_fields`` (in rank order). Default: rank 0's."""
-        return dict(per_rank[0]) if per_rank else {}
-
-
-def devices_for(accelerator: str, count: int, first: int = 0) -> tuple[torch.device, ...]:
-    """``count`` devices of one kind: ``cuda:first..`` on GPUs, ``count`` times the CPU otherwise."""
-    if accelerator == "cuda":
-        return tuple(torch.device("cuda", first + i) for i in range(count))
-    return tuple(torch.device("cpu") for _ in range(count))
+        rank's ``rank_fields`` (in rank order). Default: none."""
+        return {}

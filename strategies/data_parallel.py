@@ -11,19 +11,19 @@ this strategy is a one-device pass-through, and its topology and record say so.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from models.spec import ModelSpec
-from strategies.base import ConfigError, Launch, Strategy, Topology
+from strategies.base import Launch, Strategy, Topology
+from strategies.options import ModelFacts, RunOptions
 from strategies.precision import AutocastModule
 from strategies.shards import chunk_sizes
-
-if TYPE_CHECKING:
-    from bench.config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ def flatten_rnn_weights(model: nn.Module) -> int:
     return len(rnns)
 
 
-def _flatten(module: nn.Module, args: tuple[object, ...]) -> None:
-    module.flatten_parameters()  # type: ignore[operator]
+def _flatten(module: nn.RNNBase, args: tuple[object, ...]) -> None:
+    module.flatten_parameters()
 
 
 def apply_data_parallel(model: nn.Module, devices: tuple[torch.device, ...]) -> nn.DataParallel:
@@ -67,32 +67,29 @@ class DataParallelStrategy(Strategy):
         "compiled code; use ddp"
     )
 
-    def __init__(self, config: RunConfig) -> None:
-        super().__init__(config)
+    def __init__(self, run: RunOptions) -> None:
+        super().__init__(run)
         self._replicas: int | None = None
         """Fewest replicas that got work in any step (nn.DataParallel skips devices that get no chunk)."""
 
-    def validate(self, gpus_available: int) -> None:
-        if self.config.sync_batchnorm:
-            raise ConfigError(
-                "--sync-batchnorm works with ddp only: nn.DataParallel computes BatchNorm statistics per replica"
-            )
+    def validate(self, facts: ModelFacts) -> None:
+        pass  # any number of devices; without GPUs a pass-through, which the sweep skips and records
 
     def local_topology(self) -> Topology:
-        if self.config.accelerator == "cuda":
+        if self.run.accelerator == "cuda":
             return super().local_topology()
         # One CPU, one module call per step: never report N devices for what ran on one. Still
         # "emulated", because it stands in for N GPUs.
         return Topology(devices=(torch.device("cpu"),), emulated=True)
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
-        requested = self.config.devices
-        chunks = chunk_sizes(self.config.batch_size, requested)
+        requested, batch = self.run.devices, self.run.global_batch
+        chunks = chunk_sizes(batch, requested)
         if len(chunks) < requested:
             log.warning(
                 "nn.DataParallel cuts a batch of %d into %s: only %d of %d devices get work",
-                self.config.batch_size, "/".join(map(str, chunks)), len(chunks), requested,
-            )  # fmt: skip
+                batch, "/".join(map(str, chunks)), len(chunks), requested,
+            )
         if topo.devices[0].type != "cuda" and requested > 1:
             log.warning(
                 "no GPUs: nn.DataParallel calls the module once on the whole batch, so this run "
@@ -113,13 +110,28 @@ class DataParallelStrategy(Strategy):
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         # Unwrapped, so that the keys carry no "module." and load into any strategy's model.
-        inner = model.module  # type: ignore[union-attr]
+        assert isinstance(model, nn.DataParallel)
+        inner = model.module
         return (inner.module if isinstance(inner, AutocastModule) else inner).state_dict()
 
-    def rank_fields(self) -> dict[str, object]:
-        return {
-            "requested_devices": self.config.devices,
-            "effective_device_count": self._replicas or 0,
-            "pass_through": self.config.accelerator != "cuda",
-            "scatter_chunk_sizes": chunk_sizes(self.config.batch_size, self.config.devices),
-        }
+    def rank_fields(self, model: nn.Module, topo: Topology) -> DataParallelFields:
+        return DataParallelFields(
+            requested_devices=self.run.devices,
+            effective_device_count=self._replicas or 0,
+            pass_through=self.run.accelerator != "cuda",
+            scatter_chunk_sizes=chunk_sizes(self.run.global_batch, self.run.devices),
+        )
+
+    def record_fields(self, model: nn.Module, per_rank: Sequence[DataParallelFields]) -> dict[str, object]:
+        return dataclasses.asdict(per_rank[0])
+
+
+@dataclass(frozen=True)
+class DataParallelFields:
+    """What nn.DataParallel did with the devices it was given."""
+
+    requested_devices: int
+    effective_device_count: int
+    pass_through: bool
+    """No GPUs: one module call on the whole batch."""
+    scatter_chunk_sizes: list[int]

@@ -16,13 +16,23 @@ SyncBatchNorm gathers them (CUDA only: torch rejects CPU tensors in SyncBatchNor
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from models.spec import ModelSpec
-from strategies.base import ConfigError, Launch, Strategy, Topology
-from strategies.distributed import backend
+from strategies.base import Launch, Strategy, Topology
+from strategies.devices import synchronize
+from strategies.distributed import all_reduce_mean, backend, broadcast_from_first
+from strategies.errors import ConfigError
+from strategies.options import BucketOptions, DDPOptions, ModelFacts, RunOptions
 from strategies.shards import check_divisible, shard_range
 
 
@@ -54,38 +64,92 @@ def apply_ddp(
     )
 
 
+class ReplicaAverager:
+    """Averages one part's gradients over its replicas, bucket by bucket, after its backward has run.
+
+    DDP's job done by hand, for hybrid's pipeline parts: it is timed on its own (``reduce`` returns
+    its milliseconds, which DDP's overlap with the last backward would hide), and it does not depend
+    on how a pipeline schedule drives the backward (zero-bubble schedules split it).
+    """
+
+    def __init__(self, module: nn.Module, group: dist.ProcessGroup, bucket_cap_mb: float) -> None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        self.buckets = [[params[i] for i in bucket] for bucket in gradient_buckets(params, int(bucket_cap_mb * 2**20))]
+        self.buffers = list(module.buffers())
+        self.group = group
+        self.grad_bytes = sum(p.numel() * p.element_size() for p in params)
+        """Bytes of gradient this part reduces each step."""
+        self.reduce_ms: list[float] = []
+        """The reduction's milliseconds in each timed step (kept by the caller, which knows which are)."""
+
+    def reduce(self, devices: Sequence[torch.device]) -> float:
+        """Averages the gradients (buffers follow the first replica's); returns its milliseconds,
+        from the backward's end (the devices synchronized first) to the reduction's."""
+        synchronize(devices)
+        start = time.perf_counter()
+        for bucket in self.buckets:
+            for p in bucket:
+                if p.grad is None:  # keeps the flattened buckets the same shape on every replica
+                    p.grad = torch.zeros_like(p)
+            all_reduce_mean([p.grad for p in bucket if p.grad is not None], self.group)
+        # BatchNorm's statistics follow the first replica's, as DDP's ``broadcast_buffers`` makes them.
+        broadcast_from_first(self.buffers, self.group)
+        synchronize(devices)
+        return (time.perf_counter() - start) * 1e3
+
+
+def gradient_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[list[int]]:
+    """Indices of ``params`` in consecutive buckets of at most ``cap_bytes`` and one dtype (a larger
+    tensor gets a bucket of its own): one collective per bucket, as DDP's ``bucket_cap_mb``."""
+    buckets: list[list[int]] = []
+    size, dtype = 0, None
+    for i, p in enumerate(params):
+        nbytes = p.numel() * p.element_size()
+        if not buckets or p.dtype != dtype or size + nbytes > cap_bytes:
+            buckets.append([])
+            size, dtype = 0, p.dtype
+        buckets[-1].append(i)
+        size += nbytes
+    return buckets
+
+
+@dataclass(frozen=True)
+class DDPRankFields:
+    """What a ddp rank reports (the same on every rank)."""
+
+    backend: str | None
+    per_rank_batch_size: int
+
+
 class DistributedDataParallelStrategy(Strategy):
     """DistributedDataParallel: a replica per process, gradients all-reduced during backward."""
 
     name = "ddp"
     launch = Launch.PER_DEVICE
     description = "DistributedDataParallel: one process per device (torchrun), gradients all-reduced"
+    reads: ClassVar[tuple[type, ...]] = (BucketOptions, DDPOptions)
 
+    def __init__(self, run: RunOptions, *, buckets: BucketOptions, ddp: DDPOptions) -> None:
+        super().__init__(run)
+        self.buckets = buckets
+        self.ddp = ddp
 
-    def validate(self, gpus_available: int) -> None:
+    def validate(self, facts: ModelFacts) -> None:
         # One-process-per-GPU and torchrun's world size are checked for every PER_DEVICE
         # strategy in bench.config.resolve; what is left is ddp's own arithmetic.
-        batch, ranks = self.config.batch_size, self.config.devices
+        batch, ranks = self.run.global_batch, self.run.devices
         try:
             check_divisible(batch, ranks)
         except ValueError as exc:
             raise ConfigError(f"{exc} (--batch-size {batch}, --devices {ranks})") from None
-        if self.config.sync_batchnorm and self.config.accelerator != "cuda":
+        if self.ddp.sync_batchnorm and self.run.accelerator != "cuda":
             raise ConfigError(
                 "--sync-batchnorm needs CUDA: torch's SyncBatchNorm rejects CPU tensors, so it cannot run on gloo/CPU"
             )
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
-        c = self.config
-        return apply_ddp(
-            spec.blocks,
-            topo.devices[0],
-            bucket_cap_mb=c.bucket_cap_mb,
-            gradient_as_bucket_view=c.gradient_as_bucket_view,
-            static_graph=c.static_graph,
-            find_unused_parameters=c.find_unused_parameters,
-            sync_batchnorm=c.sync_batchnorm,
-        )
+        return apply_ddp(spec.blocks, topo.devices[0], bucket_cap_mb=self.buckets.bucket_cap_mb,
+                         **dataclasses.asdict(self.ddp))
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
@@ -94,16 +158,16 @@ class DistributedDataParallelStrategy(Strategy):
         return super().shard_batch(inputs[start:stop], targets[start:stop], topo)
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return model.module.state_dict()  # type: ignore[union-attr]
+        assert isinstance(model, DistributedDataParallel)
+        return model.module.state_dict()
 
-    def rank_fields(self) -> dict[str, object]:
-        c = self.config
+    def rank_fields(self, model: nn.Module, topo: Topology) -> DDPRankFields:
+        return DDPRankFields(backend(), self.run.global_batch // self.run.devices)
+
+    def record_fields(self, model: nn.Module, per_rank: Sequence[DDPRankFields]) -> dict[str, object]:
         return {
-            "backend": backend(),
-            "per_rank_batch_size": c.batch_size // c.devices,
-            "bucket_cap_mb": c.bucket_cap_mb,
-            "gradient_as_bucket_view": c.gradient_as_bucket_view,
-            "static_graph": c.static_graph,
-            "find_unused_parameters": c.find_unused_parameters,
-            "sync_batchnorm": c.sync_batchnorm,
+            "backend": per_rank[0].backend,
+            "per_rank_batch_size": per_rank[0].per_rank_batch_size,
+            "bucket_cap_mb": self.buckets.bucket_cap_mb,
+            **dataclasses.asdict(self.ddp),
         }

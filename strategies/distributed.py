@@ -8,11 +8,14 @@ import os
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-from strategies.base import ConfigError, Topology
+from strategies.base import Topology
+from strategies.devices import is_emulated
+from strategies.errors import ConfigError
 
 
 def torchrun_topology(accelerator: str) -> Topology:
@@ -26,10 +29,11 @@ def torchrun_topology(accelerator: str) -> Topology:
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
-        # One process on the CPU is a real CPU device; several stand in for devices they are not.
-        emulated=accelerator == "cpu" and world_size > 1,
+        emulated=is_emulated(accelerator, world_size),
     )
 
+
+T = TypeVar("T")
 
 RENDEZVOUS_FILE_VARIABLE = "BENCH_RENDEZVOUS_FILE"
 """Names a file for a file:// rendezvous (tests, shared file systems); unset means torchrun's env://."""
@@ -144,38 +148,30 @@ def check_per_device_launch(devices: int, accelerator: str, gpus: int) -> None:
         )
 
 
-def gather_objects(obj: object) -> list[object]:
+def gather_objects(obj: T) -> list[T]:
     """Every rank's ``obj`` on every rank (just ``[obj]`` outside a process group)."""
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]
-    gathered: list[object] = [None] * dist.get_world_size()
+    gathered: list[T] = [obj] * dist.get_world_size()
     dist.all_gather_object(gathered, obj)
     return gathered
 
 
-def device_mesh(device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> object:
-    """A DeviceMesh over the default group: ranks laid out row-major over ``shape`` (the last
-    dimension innermost), with a sub-group along each named dimension."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    return init_device_mesh(device_type, shape, mesh_dim_names=names)
-
-
-def all_reduce_mean(tensors: list[torch.Tensor], group: object) -> None:
+def all_reduce_mean(tensors: list[torch.Tensor], group: dist.ProcessGroup) -> None:
     """Averages ``tensors`` (one dtype, one device) in place over ``group`` with one collective.
 
     SUM then divide rather than ReduceOp.AVG, which gloo lacks."""
     from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
     flat = _flatten_dense_tensors(tensors)
-    dist.all_reduce(flat, group=group)  # type: ignore[arg-type]
-    flat.div_(dist.get_world_size(group))  # type: ignore[arg-type]
+    dist.all_reduce(flat, group=group)
+    flat.div_(dist.get_world_size(group))
     for tensor, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors), strict=True):
         tensor.copy_(reduced)
 
 
-def broadcast_from_first(tensors: list[torch.Tensor], group: object) -> None:
+def broadcast_from_first(tensors: list[torch.Tensor], group: dist.ProcessGroup) -> None:
     """Overwrites ``tensors`` with the first rank of ``group``'s (one collective per tensor)."""
-    source = dist.get_global_rank(group, 0)  # type: ignore[arg-type]
+    source = dist.get_global_rank(group, 0)
     for tensor in tensors:
-        dist.broadcast(tensor, src=source, group=group)  # type: ignore[arg-type]
+        dist.broadcast(tensor, src=source, group=group)

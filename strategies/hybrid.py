@@ -18,9 +18,9 @@ use the node's fast links, while the one all-reduce per step crosses nodes. torc
 its mesh the other way (pp outermost) because beside FSDP and TP the data-parallel traffic
 dominates; here each rank reduces only its 1/P of the model, once a step.
 
-Why an explicit all-reduce after the schedule's step rather than DDP around each stage: it is
-timed on its own (``grad_reduce_ms``, which DDP's overlap with the last backward would hide),
-and it does not depend on how each schedule drives the backward (zero-bubble schedules split it).
+Composition, as torchtitan applies it: split first (each rank builds its replica's pipeline
+part), then average each part's gradients over its replicas (``ReplicaAverager``, strategies/ddp.py,
+rather than DDP around each stage: see there why).
 
 Equivalence: a replica's gradient is the gradient of its shard's mean loss (pp's argument, see
 strategies/pipeline.py); the mean over D equal shards is the global batch's mean-loss gradient.
@@ -30,119 +30,57 @@ global mean loss. tests/test_hybrid.py checks both against ``single``.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from models.spec import ModelSpec
-from strategies.base import ConfigError, Launch, Strategy, Topology
-from strategies.distributed import (
-    all_reduce_mean,
-    backend,
-    broadcast_from_first,
-    device_mesh,
-)
+from strategies.base import Launch, Strategy, Topology
+from strategies.ddp import ReplicaAverager
+from strategies.errors import ConfigError
+from strategies.mesh import LAYOUT, MeshLayout
+from strategies.options import BucketOptions, MeshOptions, ModelFacts, PipelineOptions, RunOptions, SplitOptions
 from strategies.pipeline import (
+    PipelinePart,
+    PipelineRankFields,
     build_pipeline,
-    check_p2p_backend,
     check_pipeline,
     pipeline_rank_fields,
     pipeline_record_fields,
     run_schedule,
 )
 from strategies.shards import check_divisible, shard_range
-from strategies.timing import synchronize
-
-if TYPE_CHECKING:
-    from bench.config import RunConfig
-
-MESH_DIMS = ("dp", "pp")
-"""The mesh's dimension names, outermost first: pp is innermost (see the module docstring)."""
-
-DDP_WRAPPER_OPTIONS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "sync_batchnorm")
-"""ddp options that configure the DDP wrapper, which hybrid does not use."""
+from strategies.timing import timed_step
 
 
-def mesh_shape(devices: int, dp: int | None, pp: int | None) -> tuple[int, int]:
-    """``(dp, pp)`` for ``devices``: as given, one filled in from the other, or pp = 2 when neither is.
+@dataclass(frozen=True)
+class HybridRankFields:
+    """One hybrid rank's figures: its pipeline rank's, and its share of the reduction."""
 
-    Raises ValueError showing the arithmetic when the product is not ``devices``."""
-    if dp is None and pp is None:
-        pp = 2
-    if pp is None:
-        pp = devices // max(1, dp or 1)
-    if dp is None:
-        dp = devices // max(1, pp)
-    if dp * pp != devices:
-        raise ValueError(f"dp({dp}) * pp({pp}) != devices({devices}); choose --dp and --pp whose product is --devices")
-    return dp, pp
+    pipeline: PipelineRankFields
+    replica: int
+    grad_reduce_ms: list[float]
+    """The reduction's time in each timed step."""
+    grad_bytes: int
 
 
-def mesh_coords(rank: int, dp: int, pp: int) -> tuple[int, int]:
-    """``(replica, stage rank)`` of global ``rank``, pp innermost: rank = replica * pp + stage rank."""
-    if not 0 <= rank < dp * pp:
-        raise ValueError(f"rank {rank} is outside a {dp} x {pp} mesh")
-    return divmod(rank, pp)
-
-
-def mesh_ranks(dp: int, pp: int) -> list[list[int]]:
-    """The global ranks as a dp x pp grid: row d is replica d's pipeline, column s a dp sub-group."""
-    return [[d * pp + s for s in range(pp)] for d in range(dp)]
-
-
-def replica_config(config: RunConfig, dp: int) -> RunConfig:
-    """The configuration one replica's pipeline sees: pp's, fed 1/dp of the global batch."""
-    return dataclasses.replace(config, batch_size=config.batch_size // dp)  # type: ignore[operator]
-
-
-def gradient_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[list[int]]:
-    """Indices of ``params`` in consecutive buckets of at most ``cap_bytes`` and one dtype (a larger
-    tensor gets a bucket of its own): one collective per bucket, as DDP's ``bucket_cap_mb``."""
-    buckets: list[list[int]] = []
-    size, dtype = 0, None
-    for i, p in enumerate(params):
-        nbytes = p.numel() * p.element_size()
-        if not buckets or p.dtype != dtype or size + nbytes > cap_bytes:
-            buckets.append([])
-            size, dtype = 0, p.dtype
-        buckets[-1].append(i)
-        size += nbytes
-    return buckets
-
-
-def average_over_replicas(buckets: list[list[nn.Parameter]], buffers: list[torch.Tensor], group: Any) -> None:
-    """Averages this stage's gradients over its replicas; buffers (BatchNorm's statistics) follow the
-    first replica's, as DDP's ``broadcast_buffers`` makes them."""
-    for bucket in buckets:
-        for p in bucket:
-            if p.grad is None:  # keeps the flattened buckets the same shape on every replica
-                p.grad = torch.zeros_like(p)
-        all_reduce_mean([p.grad for p in bucket], group)  # type: ignore[misc]
-    broadcast_from_first(buffers, group)
-
-
-def comparison_parts(config: RunConfig, dp: int, pp: int) -> dict[str, dict[str, object]]:
-    """The runs whose efficiencies the hybrid's is held against: ddp on D devices at this global
-    batch, and pp on P devices fed one replica's batch with the same schedule and micro-batches."""
-    c = config
+def comparison_parts(
+    run: RunOptions, split: SplitOptions, pipeline: PipelineOptions, layout: MeshLayout
+) -> dict[str, dict[str, object]]:
+    """The runs whose efficiencies the hybrid's is held against (reports/tables.py reads these), each
+    at the hybrid's per-device batch: ddp on D devices, and pp on P devices (one replica's pipeline,
+    fed one replica's batch) with the same schedule and micro-batches."""
+    per_device = run.global_batch // layout.devices
     return {
-        "ddp": {"strategy": "ddp", "devices": dp, "batch_size": c.batch_size},
-        "pp": {"strategy": "pp", "devices": pp, "batch_size": c.batch_size // dp, "microbatches": c.microbatches,  # type: ignore[operator]
-               "schedule": c.schedule, "stages_per_rank": c.stages_per_rank},
-    }  # fmt: skip
-
-
-def efficiency_ratio(hybrid_sps: float, ddp_sps: float, pp_sps: float, single_sps: float, dp: int, pp: int) -> float:
-    """The hybrid's scaling efficiency over the product of its parts' (1.0: they compose perfectly).
-
-    Efficiency is throughput / (devices x single's throughput): ddp's on dp devices, pp's on pp,
-    the hybrid's on dp * pp. Below 1 the hybrid loses more than its parts do apart."""
-    hybrid = hybrid_sps / (dp * pp * single_sps)
-    return hybrid / ((ddp_sps / (dp * single_sps)) * (pp_sps / (pp * single_sps)))
+        "ddp": {"strategy": "ddp", "devices": layout.dp, "batch_size": per_device * layout.dp},
+        "pp": {"strategy": "pp", "devices": layout.pp, "batch_size": per_device * layout.pp,
+               "microbatches": split.microbatches, "schedule": pipeline.schedule,
+               "stages_per_rank": pipeline.stages_per_rank},
+    }
 
 
 class HybridStrategy(Strategy):
@@ -152,55 +90,53 @@ class HybridStrategy(Strategy):
     launch = Launch.PER_DEVICE
     min_devices = 4
     description = "dp x pp on a 2-D DeviceMesh: --dp replicas of a --pp-rank pipeline, stage gradients averaged"
-    sweep_options = ("microbatches", "schedule")
+    reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions, MeshOptions, BucketOptions)
+    fp16_refusal = (
+        "needs one gradient scaler over the whole model, and hybrid keeps its stages in separate processes "
+        "(each would skip steps on its own overflows); use bf16 (no loss scaling needed)"
+    )
 
-    def validate(self, gpus_available: int) -> None:
-        c = self.config
+    def __init__(
+        self, run: RunOptions, *, split: SplitOptions, pipeline: PipelineOptions, mesh: MeshOptions,
+        buckets: BucketOptions,
+    ) -> None:
+        super().__init__(run)
+        self.split = split
+        self.pipeline = pipeline
+        self.mesh = mesh
+        self.buckets = buckets
+
+    @property
+    def layout(self) -> MeshLayout:
+        return MeshLayout.for_devices(self.run.devices, self.mesh.dp, self.mesh.pp)
+
+    def validate(self, facts: ModelFacts) -> None:
         try:
-            dp, pp = mesh_shape(c.devices, c.dp, c.pp)
-            what = f"({dp} data-parallel replicas x {c.microbatches} micro-batches)"
-            check_divisible(c.batch_size, dp * c.microbatches, what)  # type: ignore[arg-type]
+            layout = self.layout
+            what = f"({layout.dp} data-parallel replicas x {self.split.microbatches} micro-batches)"
+            check_divisible(self.run.global_batch, layout.dp * self.split.microbatches, what)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        for option in DDP_WRAPPER_OPTIONS:
-            if getattr(c, option):
-                raise ConfigError(f"--{option.replace('_', '-')} configures the DDP wrapper, which hybrid does not "
-                                  "use: it averages each stage's gradients itself after the schedule")  # fmt: skip
-        check_pipeline(replica_config(c, dp), pp)
+        replica_batch = self.run.global_batch // layout.dp
+        check_pipeline(self.run, self.split, self.pipeline, facts, layout.pp, replica_batch)
 
-    def setup(self, topo: Topology) -> None:
-        check_p2p_backend(topo.devices[0].type, backend() or "none")
-        self.shape = self.dp, self.pp = mesh_shape(self.config.devices, self.config.dp, self.config.pp)
-        self.mesh: Any = device_mesh(topo.devices[0].type, self.shape, MESH_DIMS)
-        self.replica, self.stage_rank = mesh_coords(topo.rank, *self.shape)
-        # The layout promised above must be the one torch built, or shards and stages would not match.
-        built, expected = (
-            (self.mesh.get_local_rank("dp"), self.mesh.get_local_rank("pp")),
-            mesh_coords(topo.rank, *self.shape),
-        )
-        if built != expected:
-            raise RuntimeError(f"DeviceMesh put rank {topo.rank} at {built}, expected {expected}")
-
-    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
-        c = self.config
-        self.topo = topo
-        self.pipe = build_pipeline(
-            replica_config(c, self.dp), spec, self.stage_rank, self.pp, topo.devices[0], group=self.mesh.get_group("pp")
-        )
-        self.dp_group = self.mesh.get_group("dp")
-        params = [p for p in self.pipe.part.parameters() if p.requires_grad]
-        cap = int(c.bucket_cap_mb * 2**20)
-        self.buckets = [[params[i] for i in bucket] for bucket in gradient_buckets(params, cap)]
-        self.buffers = list(self.pipe.part.buffers())
-        self.grad_bytes = sum(p.numel() * p.element_size() for p in params)
-        self.reduce_ms: list[float] = []
-        return self.pipe.part
+    def prepare(self, spec: ModelSpec, topo: Topology) -> PipelinePart:
+        layout = self.layout
+        mesh = layout.build(topo.devices[0].type, topo.rank)
+        _, stage_rank = layout.coords(topo.rank)
+        # Split first: each replica holds one pp-rank's stages, fed its 1/dp of the batch; then
+        # average each part's gradients over its replicas, outermost.
+        part = build_pipeline(self.run, self.split, self.pipeline, spec, stage_rank, layout.pp, topo.devices[0],
+                              self.run.global_batch // layout.dp, group=mesh.get_group("pp"))
+        part.averager = ReplicaAverager(part, mesh.get_group("dp"), self.buckets.bucket_cap_mb)
+        return part
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # Every rank of a replica takes the replica's shard: the first stage reads the inputs, the last the targets.
-        start, stop = shard_range(len(inputs), self.replica, self.dp)
+        replica, _ = self.layout.coords(topo.rank)
+        start, stop = shard_range(len(inputs), replica, self.layout.dp)
         return super().shard_batch(inputs[start:stop], targets[start:stop], topo)
 
     def train_step(
@@ -211,49 +147,48 @@ class HybridStrategy(Strategy):
         loss_fn: nn.Module,
         optimizer: torch.optim.Optimizer,
     ) -> torch.Tensor | None:
-        pipe, devices = self.pipe, self.topo.devices
-        timed = pipe.log.step >= pipe.log.warmup
-        start = time.perf_counter()
-        pipe.timer.start(devices)
-        optimizer.zero_grad(set_to_none=True)
-        loss = run_schedule(pipe, inputs, targets)
-        synchronize(devices)  # the backward's kernels finish before the reduction's clock starts
-        reduce_start = time.perf_counter()
-        average_over_replicas(self.buckets, self.buffers, self.dp_group)
-        synchronize(devices)
-        reduce_ms = (time.perf_counter() - reduce_start) * 1e3
-        self.precision.step(optimizer)
-        synchronize(devices)
-        # The bubble figures are pp's own: of the pipeline's time, the reduction left out.
-        pipe.log.add(pipe.timer.spans(), (time.perf_counter() - start) * 1e3 - reduce_ms, pipe.timer.wall_start_s)
-        if timed:
-            self.reduce_ms.append(reduce_ms)
+        assert isinstance(model, PipelinePart) and model.averager is not None
+        timing = model.log.timing
+        with timed_step(model.timer, model.log, [model.device]) as clock:
+            optimizer.zero_grad(set_to_none=True)
+            loss = run_schedule(model, inputs, targets)
+            # The bubble figures are pp's own: of the pipeline's time, the reduction left out.
+            clock.excluded_ms = model.averager.reduce([model.device])
+            self.precision.step(optimizer)
+        if timing:
+            model.averager.reduce_ms.append(clock.excluded_ms)
         return loss
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return model.global_state()  # type: ignore[operator]
+        assert isinstance(model, PipelinePart)
+        return model.global_state()
 
-    def rank_fields(self) -> dict[str, object]:
-        fields = pipeline_rank_fields(self.pipe, self.topo)
-        return {**fields, "replica": self.replica, "grad_reduce_ms": self.reduce_ms, "grad_bytes": self.grad_bytes}
+    def rank_fields(self, model: nn.Module, topo: Topology) -> HybridRankFields:
+        assert isinstance(model, PipelinePart) and model.averager is not None
+        replica, _ = self.layout.coords(topo.rank)
+        averager = model.averager
+        pipeline = pipeline_rank_fields(model, topo.rank)
+        return HybridRankFields(pipeline, replica, averager.reduce_ms, averager.grad_bytes)
 
-    def record_fields(self, per_rank: list[dict[str, object]]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[HybridRankFields]) -> dict[str, object]:
         """pp's figures combined over every rank of every replica (step time: the slowest rank's;
         stage busy times: medians over replicas; bubbles: one per rank), and the reduction's."""
-        c, dp, pp = self.config, self.dp, self.pp
-        reduce = [r["grad_reduce_ms"] for r in per_rank]
-        slowest = [max(step) for step in zip(*reduce, strict=True)]  # type: ignore[call-overload]
+        assert isinstance(model, PipelinePart) and model.averager is not None
+        layout = self.layout
+        replica_batch = self.run.global_batch // layout.dp
+        slowest = [max(step) for step in zip(*(r.grad_reduce_ms for r in per_rank), strict=True)]
         return {
-            "dp": dp,
-            "pp": pp,
-            "rank_layout": "pp innermost: rank = replica * pp + stage rank",
-            "mesh": mesh_ranks(dp, pp),
-            "per_replica_batch_size": c.batch_size // dp,  # type: ignore[operator]
-            "microbatch_size": c.batch_size // (dp * c.microbatches),  # type: ignore[operator]
-            **pipeline_record_fields(replica_config(c, dp), self.pipe.balance, per_rank, pp),
+            "dp": layout.dp,
+            "pp": layout.pp,
+            "rank_layout": LAYOUT,
+            "mesh": layout.ranks(),
+            "per_replica_batch_size": replica_batch,
+            "microbatch_size": replica_batch // self.split.microbatches,
+            **pipeline_record_fields(self.split, self.pipeline, model.balance, [r.pipeline for r in per_rank],
+                                     layout.pp),
             "grad_reduce_ms": statistics.median(slowest),
-            "grad_reduce_ms_per_rank": [statistics.median(r) for r in reduce],  # type: ignore[arg-type]
-            "grad_reduce_bytes_per_rank": [r["grad_bytes"] for r in per_rank],
-            "buckets": len(self.buckets),
-            "parts": comparison_parts(c, dp, pp),
+            "grad_reduce_ms_per_rank": [statistics.median(r.grad_reduce_ms) for r in per_rank],
+            "grad_reduce_bytes_per_rank": [r.grad_bytes for r in per_rank],
+            "buckets": len(model.averager.buckets),
+            "parts": comparison_parts(self.run, self.split, self.pipeline, layout),
         }

@@ -17,88 +17,35 @@ nothing there: the same result, a little slower (the record says ``emulated``).
 
 from __future__ import annotations
 
-import copy
-import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-import models
 from models.spec import ModelSpec
-from strategies.base import ConfigError, Launch, Strategy, Topology
-from strategies.partition import balance_by_cost, even_balance, explicit_balance, parameter_counts, split_sequential
+from strategies.base import Launch, Strategy, Topology
+from strategies.devices import peak_memory
+from strategies.options import ModelFacts, RunOptions, SplitOptions
+from strategies.partition import split_sequential
 from strategies.precision import Precision
-from strategies.schedules import check_microbatches, clock_cycles, fill_drain_bubble
-from strategies.timing import (
-    BACKWARD,
-    FORWARD,
-    StepLog,
-    StepTimer,
-    peak_bytes,
-    pipeline_fields,
-    rank_timing_fields,
-    synchronize,
-)
-
-
-def count_blocks(config: object) -> int:
-    """Blocks of the configured model, built on the meta device (no memory, no arithmetic)."""
-    with torch.device("meta"):
-        return len(models.build_model(config.model, config.preset, config.norm).blocks)  # type: ignore[attr-defined]
-
-
-def check_split(config: object, stages: int) -> None:
-    """The checks mp and pp share, as one-line ConfigErrors: balance against blocks, micro-batches against batch."""
-    try:
-        explicit_balance(config.balance, count_blocks(config), stages)  # type: ignore[attr-defined]
-        check_microbatches(config.batch_size, config.microbatches)  # type: ignore[attr-defined]
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def profile_block_times(blocks: nn.Sequential, sample: torch.Tensor, device: torch.device) -> list[float]:
-    """Seconds of forward + backward of each block on ``sample``, one warm-up pass then one timed.
-
-    Runs on a copy, so BatchNorm's running statistics and the gradients of the real model stay
-    untouched and the profiled run still trains exactly like ``single``."""
-    blocks = copy.deepcopy(blocks).to(device)
-    times = [0.0] * len(blocks)
-    for _ in range(2):  # the first pass pays for lazy initialisation; the second is kept
-        x = sample.to(device)
-        for i, block in enumerate(blocks):
-            x = x.detach().requires_grad_(i > 0 and x.is_floating_point())  # as in training: no grad for the data
-            synchronize([device])
-            start = time.perf_counter()
-            y = block(x)
-            y.float().sum().backward()
-            synchronize([device])
-            times[i] = time.perf_counter() - start
-            x = y
-    return times
-
-
-def stage_balance(mode: str, spec: ModelSpec, stages: int, micro_batch: int, device: torch.device) -> list[int]:
-    """Blocks per stage for ``--balance``: an explicit list, even, by parameter count, or by profiled time."""
-    blocks = spec.blocks
-    explicit = explicit_balance(mode, len(blocks), stages)
-    if explicit is not None:
-        return explicit
-    if mode == "even":
-        return even_balance(len(blocks), stages)
-    if mode == "params":
-        return balance_by_cost(parameter_counts(blocks), stages)
-    sample, _ = spec.make_batch(micro_batch, torch.Generator().manual_seed(0))
-    return balance_by_cost(profile_block_times(blocks, sample, device), stages)
+from strategies.schedules import clock_cycles, fill_drain_bubble
+from strategies.stages import check_split, stage_balance
+from strategies.timing import BACKWARD, FORWARD, RankTiming, StepLog, StepTimer, pipeline_fields, timed_step
 
 
 class ModelParallel(nn.Module):
-    """Stands in for the model: its blocks split into stages, each stage on its device.
+    """Stands in for the model: its blocks split into stages, each stage on its device, and the
+    stages' timings.
 
     Holds the original ``blocks`` (so ``state_dict`` keys are the single-device ones) and a list
     of stage views onto them (not registered, so nothing is counted twice).
     """
 
-    def __init__(self, blocks: nn.Sequential, balance: list[int], devices: tuple[torch.device, ...]) -> None:
+    def __init__(
+        self, blocks: nn.Sequential, balance: list[int], devices: tuple[torch.device, ...], warmup: int
+    ) -> None:
         super().__init__()
         self.blocks = blocks
         self.balance = balance
@@ -106,6 +53,8 @@ class ModelParallel(nn.Module):
         self.stages = split_sequential(blocks, balance)
         for stage, device in zip(self.stages, devices, strict=True):
             stage.to(device)
+        self.timer = StepTimer()
+        self.log = StepLog(warmup)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Plain model parallel (evaluation): stage after stage, the activation following."""
@@ -161,6 +110,12 @@ def pipelined_step(
     return loss.detach()
 
 
+@dataclass(frozen=True)
+class ModelParallelRankFields:
+    timing: RankTiming
+    peak_mem_bytes: list[int]
+
+
 class ModelParallelStrategy(Strategy):
     """Model parallel in one process: stages on devices, optionally micro-batched (GPipe wavefront)."""
 
@@ -168,25 +123,19 @@ class ModelParallelStrategy(Strategy):
     min_devices = 2
     launch = Launch.IN_PROCESS
     description = "layers split across devices in one process; --microbatches pipelines them (GPipe)"
-    sweep_options = ("microbatches", "balance")
+    reads: ClassVar[tuple[type, ...]] = (SplitOptions,)
 
-    def validate(self, gpus_available: int) -> None:
-        c = self.config
-        if c.stages_per_rank != 1:
-            raise ConfigError(f"mp runs one stage per device, got --stages-per-rank {c.stages_per_rank}")
-        if c.schedule != "gpipe":
-            raise ConfigError(f"mp runs the GPipe wavefront in one process; --schedule {c.schedule} is for pp")
-        check_split(c, c.devices)
+    def __init__(self, run: RunOptions, *, split: SplitOptions) -> None:
+        super().__init__(run)
+        self.split = split
 
-    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
-        c = self.config
-        micro_batch = c.batch_size // c.microbatches
-        balance = stage_balance(c.balance, spec, len(topo.devices), micro_batch, topo.devices[0])
-        self.log = StepLog(c.warmup)
-        self.timer = StepTimer()
-        self.topo = topo
-        self.balance = balance
-        return ModelParallel(spec.blocks, balance, topo.devices)
+    def validate(self, facts: ModelFacts) -> None:
+        check_split(self.split.balance, facts.blocks, self.run.devices, self.run.global_batch, self.split.microbatches)
+
+    def prepare(self, spec: ModelSpec, topo: Topology) -> ModelParallel:
+        micro_batch = self.run.global_batch // self.split.microbatches
+        balance = stage_balance(self.split.balance, spec, len(topo.devices), micro_batch, topo.devices[0])
+        return ModelParallel(spec.blocks, balance, topo.devices, self.run.warmup)
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
@@ -202,31 +151,32 @@ class ModelParallelStrategy(Strategy):
         loss_fn: nn.Module,
         optimizer: torch.optim.Optimizer,
     ) -> torch.Tensor:
-        start = time.perf_counter()
-        self.timer.start(model.devices)
-        optimizer.zero_grad(set_to_none=True)
-        loss = pipelined_step(model, inputs, targets, loss_fn, self.config.microbatches, self.timer,  # type: ignore[arg-type]
-                              self.precision)  # fmt: skip
-        self.precision.step(optimizer)
-        synchronize(model.devices)
-        self.log.add(self.timer.spans(), (time.perf_counter() - start) * 1e3, self.timer.wall_start_s)
+        assert isinstance(model, ModelParallel)
+        with timed_step(model.timer, model.log, model.devices):
+            optimizer.zero_grad(set_to_none=True)
+            loss = pipelined_step(model, inputs, targets, loss_fn, self.split.microbatches, model.timer,
+                                  self.precision)
+            self.precision.step(optimizer)
         return loss
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return model.blocks.state_dict()  # type: ignore[union-attr]
+        assert isinstance(model, ModelParallel)
+        return model.blocks.state_dict()
 
-    def rank_fields(self) -> dict[str, object]:
-        devices = [[s] for s in range(len(self.topo.devices))]
-        return {**rank_timing_fields(self.log, 0, devices), "peak_mem_bytes": peak_bytes(self.topo.devices)}
+    def rank_fields(self, model: nn.Module, topo: Topology) -> ModelParallelRankFields:
+        assert isinstance(model, ModelParallel)
+        stages_by_device = [[s] for s in range(len(model.devices))]
+        return ModelParallelRankFields(RankTiming.of(model.log, 0, stages_by_device), peak_memory(model.devices)[0])
 
-    def record_fields(self, per_rank: list[dict[str, object]]) -> dict[str, object]:
-        c, n = self.config, len(self.topo.devices)
+    def record_fields(self, model: nn.Module, per_rank: Sequence[ModelParallelRankFields]) -> dict[str, object]:
+        assert isinstance(model, ModelParallel)
+        n = len(model.devices)
         return {
-            "balance": self.balance,
-            "balance_mode": c.balance,
-            "microbatches": c.microbatches,
+            "balance": model.balance,
+            "balance_mode": self.split.balance,
+            "microbatches": self.split.microbatches,
             "stages": n,
-            "theoretical_bubble_fraction": fill_drain_bubble(n, c.microbatches),
-            **pipeline_fields(per_rank),
-            "stage_peak_mem_bytes": per_rank[0]["peak_mem_bytes"],
+            "theoretical_bubble_fraction": fill_drain_bubble(n, self.split.microbatches),
+            **pipeline_fields([r.timing for r in per_rank]),
+            "stage_peak_mem_bytes": per_rank[0].peak_mem_bytes,
         }

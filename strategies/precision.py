@@ -21,13 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from strategies.base import ConfigError
+from strategies.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# Strategies whose stages live in different processes: each would keep its own fp16 loss scale
-# and skip steps on its own overflows, so the stages' weights would part ways.
-NO_SHARED_SCALER = ("pp", "hybrid")
 
 
 def default_precision(accelerator: str) -> str:
@@ -35,17 +32,12 @@ def default_precision(accelerator: str) -> str:
     return "bf16" if accelerator == "cuda" else "fp32"
 
 
-def check_precision(precision: str, accelerator: str, strategy: str) -> None:
+def check_precision(precision: str, accelerator: str) -> None:
     """Raises ConfigError for a precision this run cannot use, before any process starts."""
     if precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
     if precision == "tf32" and accelerator != "cuda":
         raise ConfigError(f"--precision tf32 is a CUDA tensor-core mode; on {accelerator} choose fp32, bf16 or fp16")
-    if precision == "fp16" and strategy in NO_SHARED_SCALER:
-        raise ConfigError(
-            f"--precision fp16 needs one gradient scaler over the whole model, and {strategy} keeps its stages in "
-            "separate processes; use bf16 (no loss scaling needed)"
-        )
 
 
 def set_tf32(precision: str) -> None:
@@ -121,7 +113,7 @@ class Precision:
                 out = inner(*args, **kwargs)
             return out.float()
 
-        module.forward = forward  # type: ignore[method-assign]
+        setattr(module, "forward", forward)  # noqa: B010 (an instance attribute shadows the method)
 
 
 class AutocastModule(nn.Module):

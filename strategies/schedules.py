@@ -57,7 +57,7 @@ SCHEDULES: tuple[ScheduleInfo, ...] = (
     ScheduleInfo("zbv", "ScheduleZBVZeroBubble", True, min_v=2, max_v=2, v_shape=True, interleaved_bubble=None),
     ScheduleInfo("dualpipev", "ScheduleDualPipeV", True, min_v=2, max_v=2, v_shape=True,
                  min_microbatches_per_stage=1, interleaved_bubble=None),
-)  # fmt: skip
+)
 BY_NAME = {s.name: s for s in SCHEDULES}
 
 
@@ -87,11 +87,11 @@ def check_schedule(info: ScheduleInfo, ranks: int, stages_per_rank: int, microba
     stages = p * v
     if m < info.min_microbatches_per_stage * stages:
         raise ValueError(f"schedule {info.name!r} needs at least {stages} micro-batches ({p} ranks x {v} "
-                         f"stages per rank), got --microbatches {m}")  # fmt: skip
+                         f"stages per rank), got --microbatches {m}")
     if info.rounds and m % max(1, m // p) != 0:
         rounds = max(1, m // p)
         raise ValueError(f"schedule {info.name!r} runs micro-batches in rounds of {p} ranks: "
-                         f"--microbatches {m} is not a multiple of its {rounds} rounds (try {rounds * p})")  # fmt: skip
+                         f"--microbatches {m} is not a multiple of its {rounds} rounds (try {rounds * p})")
 
 
 def check_microbatches(batch_size: int, microbatches: int) -> None:

@@ -5,20 +5,28 @@ never around communication, so that ``busy`` means computing and the rest of the
 bubble plus transfers. On CUDA the host clock would only see kernel *launches*; CUDA events
 recorded on the stage's stream give the device's own start and end instead. They are read
 after the step has been synchronized, which the runner does anyway before it reads its clock.
+
+Every rank hands its ``RankTiming`` to the reporting rank, which combines them with
+``pipeline_fields``: the one contract between a stage's clock and the record.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from strategies.devices import synchronize
+
 FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = "F", "B", "I", "W"
 """Span kinds: forward, full backward, and the input and weight halves of a split backward."""
+
+Mark = float | torch.cuda.Event
+"""A point in time: the host clock (s) on the CPU, a recorded event on CUDA."""
 
 
 @dataclass(frozen=True)
@@ -33,51 +41,54 @@ class Span:
 
     def as_dict(self, rank: int) -> dict[str, object]:
         return {"rank": rank, "stage": self.stage, "microbatch": self.microbatch, "kind": self.kind,
-                "start_ms": round(self.start_ms, 4), "end_ms": round(self.end_ms, 4)}  # fmt: skip
+                "start_ms": round(self.start_ms, 4), "end_ms": round(self.end_ms, 4)}
+
+
+def _now(device: torch.device) -> Mark:
+    if device.type == "cuda":
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event
+    return time.perf_counter()
+
+
+def _elapsed_ms(origin: Mark, mark: Mark) -> float:
+    if isinstance(origin, torch.cuda.Event) and isinstance(mark, torch.cuda.Event):
+        mark.synchronize()
+        return origin.elapsed_time(mark)
+    assert isinstance(origin, float) and isinstance(mark, float)
+    return (mark - origin) * 1e3
 
 
 class StepTimer:
     """Collects the spans of one step across the devices of this process."""
 
     def __init__(self) -> None:
-        self._origin: dict[torch.device, object] = {}
-        self._marks: list[tuple[int, int, str, torch.device, object, object]] = []
+        self._origin: dict[torch.device, Mark] = {}
+        self._marks: list[tuple[int, int, str, torch.device, Mark, Mark]] = []
+        self.wall_start_s = 0.0
+        """Wall clock at the step's start: ranks start their steps at different moments, and the
+        wall clock (shared by a machine's processes, NTP-close across machines) lines them up."""
 
-    def _now(self, device: torch.device) -> object:
-        if device.type == "cuda":
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(device))
-            return event
-        return time.perf_counter()
-
-    def start(self, devices: tuple[torch.device, ...] | list[torch.device]) -> None:
+    def start(self, devices: Sequence[torch.device]) -> None:
         """Marks the step's origin on every device (the runner has just synchronized them)."""
         self._marks.clear()
-        self._origin = {d: self._now(d) for d in set(devices)}
-        # Ranks start their steps at different moments; the wall clock (shared by the processes
-        # of a machine, NTP-close across machines) lines their timelines up afterwards.
+        self._origin = {d: _now(d) for d in set(devices)}
         self.wall_start_s = time.time()
 
     @contextmanager
     def span(self, stage: int, microbatch: int, kind: str, device: torch.device) -> Iterator[None]:
         """Times the compute issued inside the block on ``device``."""
-        begin = self._now(device)
+        begin = _now(device)
         yield
-        self._marks.append((stage, microbatch, kind, device, begin, self._now(device)))
+        self._marks.append((stage, microbatch, kind, device, begin, _now(device)))
 
     def spans(self) -> list[Span]:
         """The step's spans in issue order; synchronizes CUDA events, so call after the step."""
-        out = []
-        for stage, microbatch, kind, device, begin, end in self._marks:
-            origin = self._origin[device]
-            if device.type == "cuda":
-                end.synchronize()  # type: ignore[attr-defined]
-                start_ms = origin.elapsed_time(begin)  # type: ignore[attr-defined]
-                end_ms = origin.elapsed_time(end)  # type: ignore[attr-defined]
-            else:
-                start_ms, end_ms = (begin - origin) * 1e3, (end - origin) * 1e3  # type: ignore[operator]
-            out.append(Span(stage, microbatch, kind, start_ms, end_ms))
-        return out
+        return [
+            Span(stage, microbatch, kind, _elapsed_ms(self._origin[d], begin), _elapsed_ms(self._origin[d], end))
+            for stage, microbatch, kind, d, begin, end in self._marks
+        ]
 
 
 def busy_ms_by_stage(spans: list[Span]) -> dict[int, float]:
@@ -88,70 +99,96 @@ def busy_ms_by_stage(spans: list[Span]) -> dict[int, float]:
     return busy
 
 
+@dataclass
 class StepLog:
-    """Per-step busy times of this process's stages, and the spans of one chosen (timed) step.
+    """Per-step busy times of this process's stages, and the spans of one chosen (timed) step."""
 
-    Kept by both mp and pp and turned into ``rank_fields``; ``pipeline_fields`` combines them.
-    """
+    warmup: int
+    step: int = 0
+    busy_ms: list[dict[int, float]] = field(default_factory=list)
+    """One {stage: busy ms} per timed step."""
+    step_ms: list[float] = field(default_factory=list)
+    """This process's own wall time of each timed step (start of train_step to synchronized end)."""
+    timeline: list[Span] = field(default_factory=list)
+    """The spans of the last timed step."""
+    timeline_start_s: float = 0.0
+    """Wall-clock time (s) at which that step started on this process."""
 
-    def __init__(self, warmup: int) -> None:
-        self.warmup = warmup
-        self.step = 0
-        self.busy_ms: list[dict[int, float]] = []
-        """One {stage: busy ms} per timed step."""
-        self.step_ms: list[float] = []
-        """This process's own wall time of each timed step (start of train_step to synchronized end)."""
-        self.timeline: list[Span] = []
-        """The spans of the last timed step."""
-        self.timeline_start_s = 0.0
-        """Wall-clock time (s) at which that step started on this process."""
+    @property
+    def timing(self) -> bool:
+        """True while the step under way is a timed one."""
+        return self.step >= self.warmup
 
     def add(self, spans: list[Span], step_ms: float, wall_start_s: float = 0.0) -> None:
-        if self.step >= self.warmup:
+        if self.timing:
             self.busy_ms.append(busy_ms_by_stage(spans))
             self.step_ms.append(step_ms)
             self.timeline, self.timeline_start_s = spans, wall_start_s
         self.step += 1
 
 
-def rank_timing_fields(log: StepLog, rank: int, devices: list[list[int]]) -> dict[str, object]:
-    """This process's part of the pipeline figures; ``devices`` lists the stages each of its devices runs."""
-    return {
-        "rank": rank,
-        "devices": devices,
-        "busy_ms": [{int(k): v for k, v in b.items()} for b in log.busy_ms],
-        "step_ms": log.step_ms,
-        "timeline": [s.as_dict(rank) for s in log.timeline],
-        "timeline_start_s": log.timeline_start_s,
-    }
+@dataclass
+class StepClock:
+    """What ``timed_step`` hands its body: time to leave out of the pipeline's step (hybrid's reduction)."""
+
+    excluded_ms: float = 0.0
 
 
-def pipeline_fields(per_rank: list[dict[str, object]]) -> dict[str, object]:
-    """Bubble, imbalance and timeline of the whole pipeline from every rank's ``rank_timing_fields``.
+@contextmanager
+def timed_step(timer: StepTimer, log: StepLog, devices: Sequence[torch.device]) -> Iterator[StepClock]:
+    """The skeleton of every timed pipeline step: clock and spans start, the body runs, the devices
+    are synchronized, and the step's spans and wall time (less ``excluded_ms``) go to ``log``."""
+    start = time.perf_counter()
+    timer.start(devices)
+    clock = StepClock()
+    yield clock
+    synchronize(devices)
+    log.add(timer.spans(), (time.perf_counter() - start) * 1e3 - clock.excluded_ms, timer.wall_start_s)
+
+
+@dataclass(frozen=True)
+class RankTiming:
+    """One process's part of the pipeline figures, sent to the reporting rank."""
+
+    rank: int
+    stages_by_device: list[list[int]]
+    """The stages each of this process's devices runs."""
+    busy_ms: list[dict[int, float]]
+    step_ms: list[float]
+    timeline: list[Span]
+    timeline_start_s: float
+
+    @classmethod
+    def of(cls, log: StepLog, rank: int, stages_by_device: list[list[int]]) -> RankTiming:
+        return cls(rank, stages_by_device, log.busy_ms, log.step_ms, log.timeline, log.timeline_start_s)
+
+
+def pipeline_fields(per_rank: Sequence[RankTiming]) -> dict[str, object]:
+    """Bubble, imbalance and timeline of the whole pipeline from every rank's ``RankTiming``.
 
     Per timed step, a device's bubble is 1 - (its stages' busy time) / (the step's time, the slowest
     rank's, as the runner counts it); the figures are medians over the timed steps.
     """
-    steps = len(per_rank[0]["step_ms"])  # type: ignore[arg-type]
-    step_ms = [max(r["step_ms"][i] for r in per_rank) for i in range(steps)]  # type: ignore[index]
+    steps = len(per_rank[0].step_ms)
+    step_ms = [max(r.step_ms[i] for r in per_rank) for i in range(steps)]
     stage_busy: dict[int, list[float]] = {}
     device_bubble: list[float] = []
     for r in per_rank:
-        for b in r["busy_ms"]:  # type: ignore[union-attr]
-            for stage, ms in b.items():
+        for busy_of_step in r.busy_ms:
+            for stage, ms in busy_of_step.items():
                 stage_busy.setdefault(stage, []).append(ms)
-        for stages in r["devices"]:  # type: ignore[union-attr]
-            per_step = [1 - sum(r["busy_ms"][i].get(s, 0.0) for s in stages) / step_ms[i] for i in range(steps)]  # type: ignore[index]
+        for stages in r.stages_by_device:
+            per_step = [1 - sum(r.busy_ms[i].get(s, 0.0) for s in stages) / step_ms[i] for i in range(steps)]
             device_bubble.append(statistics.median(per_step))
     busy = [statistics.median(stage_busy[s]) for s in sorted(stage_busy)]
     # One time axis for every rank: ms since the earliest rank started the recorded step.
-    origin = min(r.get("timeline_start_s", 0.0) for r in per_rank)  # type: ignore[type-var]
+    origin = min(r.timeline_start_s for r in per_rank)
     timeline = []
     for r in per_rank:
-        shift = (r.get("timeline_start_s", 0.0) - origin) * 1e3  # type: ignore[operator]
-        for span in r["timeline"]:  # type: ignore[union-attr]
-            timeline.append({**span, "start_ms": round(span["start_ms"] + shift, 4),
-                             "end_ms": round(span["end_ms"] + shift, 4)})  # fmt: skip
+        shift = (r.timeline_start_s - origin) * 1e3
+        for span in r.timeline:
+            timeline.append({**span.as_dict(r.rank), "start_ms": round(span.start_ms + shift, 4),
+                             "end_ms": round(span.end_ms + shift, 4)})
     mean_busy = sum(busy) / len(busy)
     return {
         "stage_busy_ms": busy,
@@ -160,26 +197,3 @@ def pipeline_fields(per_rank: list[dict[str, object]]) -> dict[str, object]:
         "stage_imbalance": max(busy) / mean_busy if mean_busy > 0 else None,
         "timeline": timeline,
     }
-
-
-def synchronize(devices: Iterable[torch.device]) -> None:
-    """Waits for queued GPU work, so that a clock read after it measures the work, not its launch
-    (nothing to wait for on the CPU)."""
-    for index in sorted({d.index or 0 for d in devices if d.type == "cuda"}):
-        torch.cuda.synchronize(index)
-
-
-def peak_bytes(devices: list[torch.device] | tuple[torch.device, ...]) -> list[int]:
-    """Peak memory of each device: the allocator's peak on CUDA, the process's peak RSS on the CPU
-    (every emulated stage of one process shares it)."""
-    import resource
-    import sys
-
-    out = []
-    for d in devices:
-        if d.type == "cuda":
-            out.append(torch.cuda.max_memory_allocated(d))
-        else:
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            out.append(rss if sys.platform == "darwin" else rss * 1024)
-    return out

@@ -6,18 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
 from strategies import STRATEGIES
-from tests.conftest import run_bench
-
-
-def run_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """The CLI's exit code and stderr. Bad input is caught before any process starts, so running
-    ``main`` in this process shows exactly what a user sees, without paying for a fresh interpreter."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    return exit_info.value.code, capsys.readouterr().err
-
+from tests.helpers.cli import run_bench, run_in_process
 
 BAD_RUNS = [
     (["--strategy", "magic"], f"unknown strategy 'magic'; choose from {', '.join(STRATEGIES)}"),
@@ -85,12 +75,13 @@ def test_more_gpus_than_the_machine_has(results: Path, capsys: pytest.CaptureFix
 def test_gloo_for_pipeline_sends_of_cuda_tensors_is_refused_before_launch(strategy: str) -> None:
     # Checked on the numbers alone, so it runs without a GPU: the config says cuda, the strategy refuses.
     from bench.config import RunConfig
-    from strategies import ConfigError, get_strategy
+    from strategies import ConfigError, build_strategy
+    from strategies.options import ModelFacts
 
     config = RunConfig(strategy=strategy, model="mlp", preset="tiny", devices=4, batch_size=8, microbatches=2,
-                       accelerator="cuda", backend="gloo")  # fmt: skip
+                       accelerator="cuda", backend="gloo")
     with pytest.raises(ConfigError, match="need the nccl backend: gloo cannot send CUDA tensors point to point"):
-        get_strategy(config).validate(gpus_available=4)
+        build_strategy(strategy, config).validate(ModelFacts(blocks=5, gpus=4))
 
 
 def test_unwritable_output_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

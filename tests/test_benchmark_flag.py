@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_bench
+from tests.helpers.cli import ROOT, run_bench
 
 
 def run_pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=400, env={**os.environ, **(env or {})})  # fmt: skip
+                          capture_output=True, text=True, timeout=400, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.distributed
@@ -23,12 +23,12 @@ def test_benchmark_flag_times_the_matrix_into_json_the_report_reads(tmp_path: Pa
     out = tmp_path / "bench.json"
     proc = run_pytest("tests/benchmarks", "--benchmark", "--bench-strategies", "single,ddp", "--bench-models", "mlp",
                       "--bench-devices", "1,2", "--bench-steps", "3", "--bench-warmup", "1",
-                      f"--benchmark-json={out}")  # fmt: skip
+                      f"--benchmark-json={out}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     by_name = {b["name"]: b for b in data["benchmarks"]}
     assert set(by_name) == {"test_step[single-mlp-tiny-1dev]", "test_torchrun_launch[ddp-mlp-tiny-1dev]",
-                            "test_torchrun_launch[ddp-mlp-tiny-2dev]"}  # fmt: skip
+                            "test_torchrun_launch[ddp-mlp-tiny-2dev]"}
     assert {b["group"] for b in data["benchmarks"]} == {"mlp/tiny"}
     single = by_name["test_step[single-mlp-tiny-1dev]"]
     assert single["stats"]["rounds"] == 3  # timed rounds, warm-up excluded

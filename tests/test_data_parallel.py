@@ -14,7 +14,7 @@ import models
 from bench.config import RunConfig, resolve
 from bench.runner import global_losses, train
 from strategies.data_parallel import DataParallelStrategy, apply_data_parallel, flatten_rnn_weights
-from tests.equivalence import assert_matches_reference, reference
+from tests.helpers.equivalence import assert_matches_reference, reference
 
 
 def _config(tmp_path: Path, **kw: object) -> RunConfig:
@@ -80,5 +80,5 @@ def test_rnns_flatten_their_weights_before_each_forward() -> None:
 def test_sync_batchnorm_is_refused_for_dp(tmp_path: Path) -> None:
     from strategies import ConfigError
 
-    with pytest.raises(ConfigError, match="--sync-batchnorm works with ddp only"):
+    with pytest.raises(ConfigError, match="--sync-batchnorm is for ddp, not dp"):
         _config(tmp_path, model="cnn", sync_batchnorm=True)

@@ -16,55 +16,17 @@ from bench.cli import main
 from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import global_losses
-from strategies.shards import check_divisible, shard_range
-from tests.conftest import run_bench
-from tests.distributed import merged_state, run_ranks, run_ranks_sequence
-from tests.equivalence import assert_matches_reference, reference
-
-# --- shards: pure ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("batch", "world", "expected"),
-    [
-        (8, 2, [(0, 4), (4, 8)]),
-        (12, 3, [(0, 4), (4, 8), (8, 12)]),
-        (6, 6, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6)]),
-        (5, 1, [(0, 5)]),
-    ],
-)
-def test_shards_are_contiguous_disjoint_and_cover_the_batch(
-    batch: int, world: int, expected: list[tuple[int, int]]
-) -> None:
-    shards = [shard_range(batch, rank, world) for rank in range(world)]
-    assert shards == expected
-    covered = [i for start, stop in shards for i in range(start, stop)]
-    assert covered == list(range(batch))  # each sample exactly once, in order
-
-
-@pytest.mark.parametrize(
-    ("batch", "world", "message"),
-    [(10, 4, "global batch 10 is not divisible by 4 data-parallel ranks; use a multiple of 4, e.g. 8"),
-     (3, 4, "global batch 3 is not divisible by 4 data-parallel ranks")],
-)  # fmt: skip
-def test_indivisible_batches_are_refused_naming_the_numbers(batch: int, world: int, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        check_divisible(batch, world)
-    with pytest.raises(ValueError, match="not divisible"):
-        shard_range(batch, 0, world)
-
-
-def test_a_rank_outside_the_world_is_refused() -> None:
-    with pytest.raises(ValueError, match="rank 2 is outside a world of 2"):
-        shard_range(8, 2, 2)
-
+from strategies.base import Topology
+from tests.helpers.cli import run_bench
+from tests.helpers.equivalence import assert_matches_reference, reference
+from tests.helpers.ranks import merged_state, run_ranks, run_ranks_sequence
 
 # --- equivalence with one device, 2 gloo ranks --------------------------------------------
 
 
 def _config(tmp_path: Path, model: str, norm: str = "group", **kw: object) -> RunConfig:
     return resolve(RunConfig(strategy="ddp", devices=2, model=model, preset="tiny", norm=norm, steps=2, warmup=1,
-                             accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))  # fmt: skip
+                             accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
 
 
 @pytest.mark.distributed
@@ -109,7 +71,7 @@ def test_torch_syncbatchnorm_refuses_cpu_tensors(tmp_path: Path) -> None:
     # Why --sync-batchnorm is refused on CPU: torch's own SyncBatchNorm raises as soon as it
     # runs in a process group, even a group of one.
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=30))  # fmt: skip
+                            timeout=datetime.timedelta(seconds=30))
     try:
         bn = torch.nn.SyncBatchNorm(3)
         with pytest.raises(ValueError, match="SyncBatchNorm expected input tensor to be on GPU"):
@@ -136,7 +98,7 @@ BAD_DDP = [
     (["--devices", "2", "--sync-batchnorm", "--model", "cnn", "--accelerator", "cpu"],
      "--sync-batchnorm needs CUDA: torch's SyncBatchNorm rejects CPU tensors"),
     (["--devices", "2", "--bucket-cap-mb", "0"], "--bucket-cap-mb must be positive, got 0.0"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "message"), BAD_DDP, ids=[" ".join(a) for a, _ in BAD_DDP])
@@ -174,7 +136,7 @@ def test_many_nodes_count_gpus_per_node(monkeypatch: pytest.MonkeyPatch, tmp_pat
         monkeypatch.setenv(name, value)
     monkeypatch.setattr("bench.config.gpus_available", lambda: 2)
     config = resolve(RunConfig(strategy="ddp", devices=4, batch_size=8, model="mlp", preset="tiny",
-                               accelerator="cuda", out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                               accelerator="cuda", out=str(tmp_path / "r.jsonl")))
     assert config.devices == 4
 
 
@@ -184,7 +146,7 @@ def test_many_nodes_count_gpus_per_node(monkeypatch: pytest.MonkeyPatch, tmp_pat
 @pytest.mark.distributed
 def test_bench_run_ddp_under_torchrun_writes_one_record_from_rank_0(results: Path) -> None:
     proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--steps", "3", "--warmup", "1", "--out", str(results))  # fmt: skip
+                     "--steps", "3", "--warmup", "1", "--out", str(results))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("ddp mlp/tiny on 2 cpu device(s) (emulated)") == 1  # rank 1 prints nothing
     records, bad = read_records(results)
@@ -198,7 +160,7 @@ def test_bench_run_ddp_under_torchrun_writes_one_record_from_rank_0(results: Pat
     assert record["strategy_fields"] == {
         "backend": "gloo", "per_rank_batch_size": 4, "bucket_cap_mb": 25.0, "gradient_as_bucket_view": False,
         "static_graph": False, "find_unused_parameters": False, "sync_batchnorm": False,
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.distributed
@@ -208,7 +170,7 @@ def test_a_crashing_rank_ends_the_whole_run_with_its_error(results: Path) -> Non
     start = time.monotonic()
     proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
                      "--steps", "50", "--warmup", "1", "--timeout-s", "30", "--out", str(out),
-                     env={"BENCH_FAULT": "1:2:raise"}, timeout=180)  # fmt: skip
+                     env={"BENCH_FAULT": "1:2:raise"}, timeout=180)
     assert proc.returncode != 0
     assert "BENCH_FAULT: rank 1 fails at step 2 as asked" in proc.stderr
     assert time.monotonic() - start < 120
@@ -225,7 +187,21 @@ def test_a_crashing_rank_ends_the_whole_run_with_its_error(results: Path) -> Non
 
 
 def test_record_fields_are_json_clean() -> None:
-    from strategies.ddp import DistributedDataParallelStrategy
+    from strategies import build_strategy
 
-    strategy = DistributedDataParallelStrategy(RunConfig(strategy="ddp", devices=2, batch_size=8))
-    assert json.loads(json.dumps(strategy.rank_fields()))["per_rank_batch_size"] == 4
+    strategy = build_strategy("ddp", RunConfig(strategy="ddp", devices=2, batch_size=8))
+    rank = strategy.rank_fields(torch.nn.Linear(1, 1), Topology(devices=(torch.device("cpu"),)))
+    fields = json.loads(json.dumps(strategy.record_fields(torch.nn.Linear(1, 1), [rank, rank])))
+    assert fields["per_rank_batch_size"] == 4 and fields["bucket_cap_mb"] == 25.0
+
+
+def test_gradient_buckets_are_consecutive_capped_and_one_dtype() -> None:
+    from strategies.ddp import gradient_buckets
+
+    def t(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.empty(n, dtype=dtype, device="meta")
+
+    # 4-byte floats, cap 40 bytes: 10 elements a bucket; an oversized tensor stands alone.
+    params = [t(4), t(6), t(1), t(20), t(3), t(3, torch.float16), t(2, torch.float16)]
+    assert gradient_buckets(params, 40) == [[0, 1], [2], [3], [4], [5, 6]]
+    assert gradient_buckets([], 40) == []

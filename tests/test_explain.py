@@ -74,7 +74,7 @@ def test_cli_prints_the_split(capsys: pytest.CaptureFixture[str]) -> None:
     [(["--devices", "0"], "--devices must be at least 1, got 0"),
      (["--batch-size", "-1"], "--batch-size must be at least 1, got -1"),
      (["--dataset-size", "0"], "--dataset-size must be at least 1, got 0")],
-)  # fmt: skip
+)
 def test_bad_numbers_are_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["explain", "dp", *args])

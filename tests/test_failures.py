@@ -8,7 +8,7 @@ import pytest
 
 from bench.failures import FAILURE_DIR_VARIABLE, LaunchFailure, RankFailure, note_failure, note_step, read_failures
 from bench.records import read_records
-from tests.conftest import run_bench
+from tests.helpers.cli import run_bench
 
 RAISED = RankFailure(1, 2, "RuntimeError: injected", time_s=10.0)
 PEER_LEFT = RankFailure(0, 2, "RuntimeError: [pair.cc:547] Connection closed by peer [127.0.0.1]:1", time_s=10.5)
@@ -30,7 +30,7 @@ LINES = [
     ([RankFailure(0, None, "ValueError: bad", 1.0)], [], "failed", "rank 0 failed during set-up: ValueError: bad"),
     ([], [0, 1], "failed", "ranks 0 and 1 ended without a Python error (a crash, a kill or a stall; the launcher's "
      "exit codes are in the output)"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("failures", "vanished", "status", "line"), LINES)
@@ -65,7 +65,7 @@ def test_outside_a_launch_nothing_is_written(tmp_path: Path, monkeypatch: pytest
 def test_bench_run_ends_with_the_line_of_the_rank_that_failed_first(tmp_path: Path) -> None:
     out = str(tmp_path / "r.jsonl")
     proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--steps", "3", "--warmup", "1", "--out", out, env={"BENCH_FAULT": "1:2:raise"})  # fmt: skip
+                     "--steps", "3", "--warmup", "1", "--out", out, env={"BENCH_FAULT": "1:2:raise"})
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("bench run: rank 1 failed at step 2: RuntimeError: BENCH_FAULT: rank 1 fails at step"), last
@@ -78,7 +78,7 @@ def test_bench_run_ends_with_the_line_of_the_rank_that_failed_first(tmp_path: Pa
 def test_a_sweep_row_carries_the_same_line_and_keeps_the_whole_log(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     proc = run_bench("sweep", "--strategies", "ddp", "--models", "mlp", "--devices", "2", "--preset", "tiny",
-                     "--steps", "2", "--warmup", "1", "--out", str(out), env={"BENCH_FAULT": "0:1:raise"})  # fmt: skip
+                     "--steps", "2", "--warmup", "1", "--out", str(out), env={"BENCH_FAULT": "0:1:raise"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = read_records(out)[0]
     assert row["status"] == "failed"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.records import read_records
-from tests.conftest import ROOT, run_bench
+from tests.helpers.cli import ROOT, run_bench
 
 SWEEP = ["sweep", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
 
@@ -19,7 +19,7 @@ SWEEP = ["sweep", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
 def test_out_of_memory_becomes_an_oom_row_with_memory_figures_and_the_next_runs(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     proc = run_bench(*SWEEP, "--strategies", "single", "--devices", "1",
-                     "--models", "tests.faulty_models:out_of_memory,mlp", "--out", str(out))  # fmt: skip
+                     "--models", "tests.faulty_models:out_of_memory,mlp", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     oom, ok = read_records(out)[0]
     assert oom["status"] == "oom" and "tried to allocate 64.00 GiB" in oom["reason"]
@@ -32,7 +32,7 @@ def test_out_of_memory_becomes_an_oom_row_with_memory_figures_and_the_next_runs(
 def test_a_stalled_rank_ends_as_timeout_within_twice_the_timeout(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     proc = run_bench(*SWEEP, "--strategies", "ddp", "--devices", "2", "--models", "mlp", "--timeout-s", "10",
-                     "--out", str(out), env={"BENCH_FAULT": "1:1:stall"})  # fmt: skip
+                     "--out", str(out), env={"BENCH_FAULT": "1:1:stall"})
     assert proc.returncode == 0, proc.stderr
     (row,) = read_records(out)[0]
     assert row["status"] == "timeout", row["reason"]
@@ -45,7 +45,7 @@ def test_a_stalled_rank_ends_as_timeout_within_twice_the_timeout(tmp_path: Path)
 def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     proc = run_bench(*SWEEP, "--strategies", "ddp", "--devices", "2",
-                     "--models", "tests.faulty_models:raising,mlp", "--out", str(out))  # fmt: skip
+                     "--models", "tests.faulty_models:raising,mlp", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     failed, ok = read_records(out)[0]
     assert failed["status"] == "failed"
@@ -56,11 +56,11 @@ def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(tmp_path: Pa
 def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     args = [*SWEEP, "--strategies", "single", "--devices", "1", "--models", "mlp,tests.faulty_models:stalling,rnn",
-            "--out", str(out)]  # fmt: skip
+            "--out", str(out)]
     # As from a terminal: a runner started in the background (`cmd &`) hands its children SIGINT ignored.
     sweep = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env={**_env(), "PYTHONPATH": "."},
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out.exists() and out.read_text().count("\n") == 1):  # the first row is in: mlp
         assert time.monotonic() < deadline and sweep.poll() is None
@@ -90,7 +90,7 @@ def test_with_max_restarts_a_run_that_failed_once_completes_and_records_its_rest
     out = tmp_path / "r.jsonl"
     proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
                      "--steps", "2", "--warmup", "1", "--max-restarts", "1", "--timeout-s", "30", "--out", str(out),
-                     env={"BENCH_FAULT": "1:1:raise:once"}, timeout=180)  # fmt: skip
+                     env={"BENCH_FAULT": "1:1:raise:once"}, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "BENCH_FAULT: rank 1 fails at step 1 as asked" in proc.stderr  # the first attempt did fail
     (record,) = read_records(out)[0]

@@ -17,7 +17,7 @@ from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_re
 from bench.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load
-from tests.test_report import FAILED
+from tests.helpers.records import FAILED
 
 CPU2 = Setup("mlp", "small", 2, "cpu", 64)
 ENV = {"hostname": "testhost", "torch": "2.14.1", "gpu_names": [], "cpu_model": "Test CPU", "cpu_cores": 2}
@@ -25,7 +25,7 @@ ENV = {"hostname": "testhost", "torch": "2.14.1", "gpu_names": [], "cpu_model": 
 
 def single(suite_ms: float, baseline_ms: float) -> Comparison:
     return Comparison("single-vs-plain-loop", "single vs plain PyTorch loop", Setup("mlp", "tiny", 1, "cpu", 8),
-                      suite_ms, baseline_ms, tolerance=0.02)  # fmt: skip
+                      suite_ms, baseline_ms, tolerance=0.02)
 
 
 def speedup(m: int, pp_ms: float, mp_ms: float, target: float | None = 0.85) -> PipelineSpeedup:
@@ -61,7 +61,7 @@ def test_the_bubble_is_checked_only_where_m_is_at_least_4p_with_the_median_over_
         8: [PipelineRound([10.0, 12.0], 0.15, 1 / 9), PipelineRound([11.0], 0.13, 1 / 9),
             PipelineRound([9.0], 0.40, 1 / 9)],  # an outlier round does not move the median
         16: [PipelineRound([20.0], 0.20, None)],  # a zero-bubble schedule: no theoretical figure
-    }  # fmt: skip
+    }
     (check,) = bubble_checks(rounds, CPU2, "gpipe")
     assert (check.microbatches, check.measured, check.theoretical) == (8, 0.15, 1 / 9)
     assert check.pp_ms == pytest.approx(10.5)  # the median of every round's step times
@@ -96,7 +96,7 @@ def test_a_fidelity_record_names_its_figures_units_and_verdict(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("result", [single(103.0, 100.0), speedup(8, 100.0, 160.0),
-                                    BubbleCheck("b", CPU2, "1f1b", 8, 0.2, 0.1, 9.0)])  # fmt: skip
+                                    BubbleCheck("b", CPU2, "1f1b", 8, 0.2, 0.1, 9.0)])
 def test_the_printed_line_is_the_name_the_figure_and_the_target(result: FidelityResult) -> None:
     figure, target = result.figure, result.target
     headline, _, detail = figure.partition(" (")
@@ -122,7 +122,7 @@ def fidelity_file(tmp_path: Path) -> Path:
     config = RunConfig(model="mlp", preset="tiny")
     on_all_cores = dataclasses.replace(speedup(8, 100.0, 90.0, target=None), name="pp vs mp, 2 stages, M=8, all cores")
     results = [single(101.0, 100.0), speedup(8, 100.0, 150.0), on_all_cores,
-               BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.14, 1 / 9, 100.0)]  # fmt: skip
+               BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.14, 1 / 9, 100.0)]
     path = tmp_path / "fidelity.jsonl"
     for result in results:
         append_record(path, fidelity_record(result, config, rounds=2, env=ENV))
@@ -152,12 +152,12 @@ def test_the_report_shows_each_comparison_with_its_target_and_verdict(fidelity_f
     section = md.split("## How far to trust these numbers")[1].split("\n## ")[0]
     machine = "testhost, cpu (Test CPU, 2 cores)"
     assert (f"| single vs plain PyTorch loop | mlp/tiny | ratio 1.010 (suite 101.00 ms, baseline 100.00 ms per step) | "
-            f"within 2% | yes | {machine} | False |") in section  # fmt: skip
+            f"within 2% | yes | {machine} | False |") in section
     assert (f"| pp vs mp, 2 stages, M=8 | mlp/small | speed-up 1.50 = 84% of the ideal 1.78 (pp 100.0 ms, mp 150.0 ms "
-            f"per step) | at least 85% of ideal | no | {machine} | True |") in section  # fmt: skip
+            f"per step) | at least 85% of ideal | no | {machine} | True |") in section
     assert "| none (for information) | - |" in section
     assert (f"| pp bubble, 2 stages, M=8, gpipe | mlp/small | bubble 0.140 vs theoretical 0.111 (difference +0.029) | "
-            f"within 0.05 | yes | {machine} | True |") in section  # fmt: skip
+            f"within 0.05 | yes | {machine} | True |") in section
     assert "EMULATED" in section and "single vs plain loop: the `single` strategy's" in section
     assert "ddp vs plain DDP script:" not in section  # explained only where measured
     assert FIDELITY_HINT not in md
@@ -180,7 +180,7 @@ UNWRITABLE = [
     pytest.param("file", id="under-a-file"),
     pytest.param("/nonexistent-root-dir", id="under-root",
                  marks=pytest.mark.skipif(os.geteuid() == 0, reason="root may create /nonexistent-root-dir")),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("parent", UNWRITABLE)

@@ -11,8 +11,8 @@ import torch
 from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import global_losses, train
-from tests.conftest import run_bench
-from tests.equivalence import assert_matches_reference, reference
+from tests.helpers.cli import run_bench
+from tests.helpers.equivalence import assert_matches_reference, reference
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 needs_gpu = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 def test_a_gpu_run_records_the_allocator_peak_and_mfu(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     proc = run_bench("run", "--accelerator", "cuda", "--model", "cnn", "--preset", "tiny", "--steps", "3",
-                     "--out", str(out))  # fmt: skip
+                     "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     (record,) = read_records(out)[0]
     assert record["accelerator"] == "cuda" and record["emulated"] is False
@@ -48,7 +48,7 @@ def test_single_on_the_gpu_trains_like_single_on_the_cpu(tmp_path: Path) -> None
 def test_mp_across_two_gpus_trains_like_one(microbatches: int, tmp_path: Path) -> None:
     config = resolve(RunConfig(strategy="mp", model="cnn", preset="tiny", norm="group", devices=2, steps=3,
                                warmup=0, microbatches=microbatches, accelerator="cuda", precision="fp32",
-                               out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                               out=str(tmp_path / "r.jsonl")))
     result = train(config, capture_state=True)
     assert_matches_reference(global_losses(result.ranks), result.model_state, reference(config))
 
@@ -59,7 +59,7 @@ def test_multi_gpu_strategies_run_end_to_end(strategy: str, tmp_path: Path) -> N
     out = tmp_path / "r.jsonl"
     microbatches = "4" if strategy == "pp" else "1"
     proc = run_bench("run", "--strategy", strategy, "--devices", "2", "--accelerator", "cuda", "--model", "mlp",
-                     "--preset", "tiny", "--microbatches", microbatches, "--out", str(out))  # fmt: skip
+                     "--preset", "tiny", "--microbatches", microbatches, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     (record,) = read_records(out)[0]
     assert record["device_count"] == 2 and record["emulated"] is False
@@ -79,10 +79,10 @@ def test_gpu_defaults_are_bf16_and_channels_last_for_the_cnn(tmp_path: Path) -> 
     [{"precision": "tf32"}, {"precision": "bf16", "channels_last": True}, {"precision": "fp16"}, {"compile": True},
      {"activation_checkpointing": True}],
     ids=["tf32", "bf16-channels-last", "fp16", "compile", "activation-checkpointing"],
-)  # fmt: skip
+)
 def test_training_knobs_run_on_the_gpu_near_fp32(knobs: dict, tmp_path: Path) -> None:
     config = RunConfig(model="cnn", norm="group", preset="tiny", steps=3, warmup=1, accelerator="cuda",
-                       precision="fp32", channels_last=False, out=str(tmp_path / "r.jsonl"))  # fmt: skip
+                       precision="fp32", channels_last=False, out=str(tmp_path / "r.jsonl"))
     fp32 = global_losses(train(resolve(config)).ranks)
     losses = global_losses(train(resolve(dataclasses.replace(config, **knobs))).ranks)
     assert all(torch.isfinite(torch.tensor(losses)))

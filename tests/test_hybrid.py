@@ -14,72 +14,14 @@ import torch
 
 from bench.config import RunConfig, resolve
 from bench.runner import global_losses
-from strategies.hybrid import efficiency_ratio, gradient_buckets, mesh_coords, mesh_ranks, mesh_shape
-from tests.distributed import merged_state, run_ranks_sequence
-from tests.equivalence import assert_matches_reference, reference
-from tests.test_bad_input import run_in_process
-
-# --- mesh arithmetic: pure ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("devices", "dp", "pp", "expected"),
-    [
-        (4, None, None, (2, 2)),  # neither given: pp = 2, so that sweeps plan hybrid at 4 devices
-        (8, None, None, (4, 2)),
-        (8, 2, None, (2, 4)),
-        (8, None, 4, (2, 4)),
-        (6, 3, 2, (3, 2)),
-        (2, 1, 2, (1, 2)),
-    ],
-)
-def test_mesh_shape(devices: int, dp: int | None, pp: int | None, expected: tuple[int, int]) -> None:
-    assert mesh_shape(devices, dp, pp) == expected
-
-
-@pytest.mark.parametrize(
-    ("devices", "dp", "pp", "message"),
-    [
-        (8, 2, 2, "dp(2) * pp(2) != devices(8)"),
-        (5, None, None, "dp(2) * pp(2) != devices(5)"),
-        (6, 4, None, "dp(4) * pp(1) != devices(6)"),
-    ],
-)
-def test_mesh_shape_shows_the_arithmetic(devices: int, dp: int | None, pp: int | None, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
-        mesh_shape(devices, dp, pp)
-
-
-def test_rank_layout_puts_pp_innermost() -> None:
-    # rank -> (replica, stage rank) on a 2 x 3 mesh: one pipeline holds consecutive ranks.
-    table = {0: (0, 0), 1: (0, 1), 2: (0, 2), 3: (1, 0), 4: (1, 1), 5: (1, 2)}
-    assert {r: mesh_coords(r, 2, 3) for r in range(6)} == table
-    assert mesh_ranks(2, 3) == [[0, 1, 2], [3, 4, 5]]
-    assert mesh_ranks(3, 2) == [[0, 1], [2, 3], [4, 5]]
-    with pytest.raises(ValueError, match="rank 6 is outside a 2 x 3 mesh"):
-        mesh_coords(6, 2, 3)
-
-
-def test_gradient_buckets_are_consecutive_capped_and_one_dtype() -> None:
-    def t(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.empty(n, dtype=dtype, device="meta")
-
-    # 4-byte floats, cap 40 bytes: 10 elements a bucket; an oversized tensor stands alone.
-    params = [t(4), t(6), t(1), t(20), t(3), t(3, torch.float16), t(2, torch.float16)]
-    assert gradient_buckets(params, 40) == [[0, 1], [2], [3], [4], [5, 6]]
-    assert gradient_buckets([], 40) == []
-
-
-def test_efficiency_ratio() -> None:
-    # single 100/s; ddp on 2: 180/s (eff 0.9); pp on 2: 150/s (eff 0.75); hybrid on 4: 270/s (eff 0.675).
-    assert efficiency_ratio(270.0, 180.0, 150.0, 100.0, dp=2, pp=2) == pytest.approx(1.0)
-    assert efficiency_ratio(216.0, 180.0, 150.0, 100.0, dp=2, pp=2) == pytest.approx(0.8)
-
+from tests.helpers.cli import run_in_process
+from tests.helpers.equivalence import assert_matches_reference, reference
+from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 # --- 2 x 2 on 4 gloo ranks against single -----------------------------------------------------
 
 BASE = RunConfig(strategy="hybrid", model="mlp", preset="tiny", devices=4, dp=2, pp=2, steps=3, warmup=1,
-                 microbatches=2)  # fmt: skip
+                 microbatches=2)
 CONFIGS = {"mlp": BASE, "cnn-group": dataclasses.replace(BASE, model="cnn", norm="group")}
 
 
@@ -121,7 +63,7 @@ def test_hybrid_2x2_trains_like_one_device(case: str, hybrid_runs: dict[str, tup
     total = sum(v.numel() * v.element_size() for v in reference(config)[1].values() if v.is_floating_point())
     assert sizes[0] == sizes[2] and sizes[1] == sizes[3] and sizes[0] + sizes[1] == total
     assert fields["parts"]["pp"] == {"strategy": "pp", "devices": 2, "batch_size": 4, "microbatches": 2,
-                                     "schedule": "gpipe", "stages_per_rank": 1}  # fmt: skip
+                                     "schedule": "gpipe", "stages_per_rank": 1}
 
 
 # --- bad input: one line, exit 2, nothing written ---------------------------------------------
@@ -136,9 +78,9 @@ BAD = [
      "schedule 'interleaved-1f1b' needs at least 2 stage(s) per rank, got --stages-per-rank 1"),
     (["--devices", "4", "--schedule", "looped-bfs", "--stages-per-rank", "3"], "cannot split 5 blocks into 6 stages"),
     (["--devices", "4", "--balance", "3,1,1"], "balance [3, 1, 1] has 3 stages, but the run has 2"),
-    (["--devices", "4", "--sync-batchnorm"], "--sync-batchnorm configures the DDP wrapper, which hybrid does not use"),
+    (["--devices", "4", "--sync-batchnorm"], "--sync-batchnorm is for ddp, not hybrid"),
     (["--devices", "4", "--pp", "0"], "--pp must be at least 1, got 0"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])

@@ -24,8 +24,8 @@ import torch
 from bench.cli import main
 from bench.config import RunConfig, resolve
 from bench.runner import global_losses, train
-from tests.distributed import merged_state, run_ranks_sequence
-from tests.equivalence import assert_matches_reference
+from tests.helpers.equivalence import assert_matches_reference
+from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 # Stated tolerances for the lossy precisions, over a few steps at the tiny presets: relative
 # difference of each step's loss from the fp32 run's (bf16 keeps 8 mantissa bits, fp16 10).
@@ -63,7 +63,7 @@ def test_compiled_and_checkpointed_mp_stages_train_like_one_plain_device(tmp_pat
     config = base(tmp_path, model="mlp")
     expected = trained(config)
     knobs = dataclasses.replace(config, strategy="mp", devices=2, microbatches=2, compile=True,
-                                activation_checkpointing=True)  # fmt: skip
+                                activation_checkpointing=True)
     assert_matches_reference(*trained(knobs), expected)
 
 
@@ -106,7 +106,7 @@ def test_ddp_and_pp_in_bf16_match_single_in_bf16_and_checkpointed_pp_stages_matc
     ddp = resolve(dataclasses.replace(config, strategy="ddp", devices=2))
     pp = resolve(dataclasses.replace(config, strategy="pp", devices=2, microbatches=2))
     checkpointed = resolve(dataclasses.replace(fp32, strategy="pp", devices=2, microbatches=2,
-                                               activation_checkpointing=True))  # fmt: skip
+                                               activation_checkpointing=True))
     *bf16_runs, checkpointed_run = run_ranks_sequence([ddp, pp, checkpointed], 2, tmp_path)
     for results in bf16_runs:
         assert_losses_close(global_losses(results[0].ranks), expected_losses, BF16_RTOL)

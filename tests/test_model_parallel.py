@@ -8,7 +8,7 @@ import pytest
 
 from bench.config import RunConfig, resolve
 from bench.runner import global_losses, train
-from tests.equivalence import assert_matches_reference, reference
+from tests.helpers.equivalence import assert_matches_reference, reference
 
 CASES = [
     # (model, norm, devices, microbatches, balance)
@@ -28,7 +28,7 @@ def test_mp_trains_like_one_device(
 ) -> None:
     config = resolve(RunConfig(strategy="mp", model=model, preset="tiny", norm=norm, devices=devices, steps=3,
                                warmup=1, microbatches=microbatches, balance=balance,
-                               out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                               out=str(tmp_path / "r.jsonl")))
     result = train(config, capture_state=True)
     losses = global_losses(result.ranks)
     assert len(losses) == 4 and losses[0] != losses[-1]  # it trained
@@ -55,7 +55,7 @@ def test_mp_trains_like_one_device(
 
 
 def test_balance_by_time_cuts_where_the_profiled_cost_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import strategies.model_parallel as mp_module
+    import strategies.stages as stages_module
 
     calls = []
 
@@ -63,9 +63,9 @@ def test_balance_by_time_cuts_where_the_profiled_cost_says(tmp_path: Path, monke
         calls.append((len(blocks), tuple(sample.shape)))
         return [1.0, 1.0, 1.0, 5.0, 1.0]  # mlp tiny: 4 blocks and the head
 
-    monkeypatch.setattr(mp_module, "profile_block_times", fake_profile)
+    monkeypatch.setattr(stages_module, "profile_block_times", fake_profile)
     config = resolve(RunConfig(strategy="mp", model="mlp", preset="tiny", devices=2, steps=1, warmup=0,
-                               microbatches=2, balance="time", out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                               microbatches=2, balance="time", out=str(tmp_path / "r.jsonl")))
     assert train(config).strategy_fields["balance"] == [3, 2]  # stage costs 3 and 6, the best max
     assert calls == [(5, (4, 32))]  # profiled once, on one micro-batch (8 / 2 samples)
 
@@ -74,7 +74,7 @@ def test_profile_block_times_leaves_the_model_untouched() -> None:
     import torch
 
     from models import build_model
-    from strategies.model_parallel import profile_block_times
+    from strategies.stages import profile_block_times
 
     spec = build_model("cnn", "tiny", "batch")
     before = {k: v.clone() for k, v in spec.blocks.state_dict().items()}

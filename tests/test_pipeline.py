@@ -16,10 +16,9 @@ from bench.records import read_records
 from bench.runner import global_losses
 from strategies.pipeline import torch_refusal
 from strategies.schedules import BY_NAME, available_schedules, theoretical_bubble
-from tests.conftest import run_bench
-from tests.distributed import merged_state, run_ranks_sequence
-from tests.equivalence import assert_matches_reference, reference
-from tests.test_bad_input import run_in_process
+from tests.helpers.cli import run_bench, run_in_process
+from tests.helpers.equivalence import assert_matches_reference, reference
+from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 SCHEDULES = available_schedules()
 RUNNABLE = [name for name in SCHEDULES if torch_refusal(BY_NAME[name], "gloo") is None]
@@ -83,7 +82,7 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
 @pytest.mark.distributed
 def test_bench_run_pp_end_to_end(results: Path) -> None:
     proc = run_bench("run", "--strategy", "pp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--microbatches", "4", "--steps", "3", "--warmup", "1", "--out", str(results))  # fmt: skip
+                     "--microbatches", "4", "--steps", "3", "--warmup", "1", "--out", str(results))
     assert proc.returncode == 0, proc.stderr[-3000:]
     records, bad = read_records(results)
     assert bad == [] and len(records) == 1
@@ -115,7 +114,7 @@ BAD_SPLITS = [
     (["--strategy", "pp", "--devices", "2", "--schedule", "chimera"],
      f"unknown schedule 'chimera'; this torch offers {', '.join(SCHEDULES)}"),
     (["--strategy", "mp", "--devices", "2", "--schedule", "1f1b"], "--schedule 1f1b is for pp"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "message"), BAD_SPLITS, ids=[" ".join(a[1:]) for a, _ in BAD_SPLITS])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.cli import ROOT
 
 STALL_FOREVER = {"BENCH_FAULT": "1:0:stall"}
 
@@ -41,7 +41,7 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
 
 def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
@@ -49,7 +49,7 @@ def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_pa
     marker = f"sleeper-{tmp_path.name}"
     parent = _start(["-c", "import sys, time; from bench import processes; "
                            f"processes.start([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}']); "
-                           "time.sleep(600)"])  # fmt: skip
+                           "time.sleep(600)"])
     _wait_for(lambda: len(_alive(marker)) == 1, 30, "the child started")
     parent.kill()
     parent.wait()
@@ -63,7 +63,7 @@ def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: 
     out = tmp_path / f"{command}-left-behind.jsonl"  # every process of this run names it
     what = ["--strategy", "ddp"] if command == "run" else ["--strategies", "ddp", "--models", "mlp"]
     bench = _start(["-m", "bench", command, *what, "--devices", "2", "--model" if command == "run" else "--preset",
-                    "mlp" if command == "run" else "tiny", "--out", str(out)], env=STALL_FOREVER)  # fmt: skip
+                    "mlp" if command == "run" else "tiny", "--out", str(out)], env=STALL_FOREVER)
     # bench (or the sweep), torchrun and its two workers.
     _wait_for(lambda: len(_alive(str(out))) >= 4, 120, "the workers started")
     bench.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel must do it

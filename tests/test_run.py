@@ -11,8 +11,8 @@ import torch
 from bench.config import RunConfig, resolve
 from bench.records import RECORD_VERSION, read_records
 from bench.runner import global_losses, train
-from tests.conftest import run_bench
-from tests.distributed import run_ranks_sequence
+from tests.helpers.cli import run_bench
+from tests.helpers.ranks import run_ranks_sequence
 
 RECORD_FIELDS = {
     "record_version", "status", "timestamp", "strategy", "model", "preset", "accelerator", "device_count",
@@ -21,17 +21,17 @@ RECORD_FIELDS = {
     "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
     "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env", "deterministic",
     "restart_count", "precision", "peak_flops_source", "skipped_steps",
-}  # fmt: skip
+}
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",
     "hostname", "python", "git_commit", "git_dirty", "topology",
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn", "rnn"])
 def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
     proc = run_bench("run", "--model", model, "--preset", "tiny", "--steps", "3", "--warmup", "1",
-                     "--out", str(results))  # fmt: skip
+                     "--out", str(results))
     assert proc.returncode == 0, proc.stderr
     assert f"single {model}/tiny on 1 cpu device(s)" in proc.stdout
     records, bad = read_records(results)
@@ -57,7 +57,7 @@ def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
 def test_same_seed_gives_bit_identical_losses_and_another_seed_does_not(tmp_path: Path) -> None:
     def losses(seed: int) -> list[float]:
         config = resolve(RunConfig(model="cnn", preset="tiny", steps=3, warmup=0, seed=seed,
-                                   out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                                   out=str(tmp_path / "r.jsonl")))
         return global_losses(train(config).ranks)
 
     first, again = losses(0), losses(0)
@@ -70,7 +70,7 @@ def test_deterministic_mode_repeats_bit_for_bit(tmp_path: Path) -> None:
     # ddp on 2 gloo ranks, twice: the same command (rerun in the same processes, which only adds
     # ways for state to leak from the first run into the second) gives the same bits.
     config = resolve(RunConfig(strategy="ddp", devices=2, model="cnn", preset="tiny", steps=3, warmup=1,
-                               deterministic=True, out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                               deterministic=True, out=str(tmp_path / "r.jsonl")))
     first, again = run_ranks_sequence([config, config], 2, tmp_path)
     assert global_losses(first[0].ranks) == global_losses(again[0].ranks)  # bit-identical, not merely close
     assert all(torch.equal(v, again[0].model_state[k]) for k, v in first[0].model_state.items())
@@ -78,7 +78,7 @@ def test_deterministic_mode_repeats_bit_for_bit(tmp_path: Path) -> None:
 
 def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
     config = resolve(RunConfig(model="cnn", preset="tiny", steps=8, warmup=0, lr=0.05,
-                               out=str(tmp_path / "r.jsonl")))  # fmt: skip
+                               out=str(tmp_path / "r.jsonl")))
     losses = global_losses(train(config).ranks)
     assert losses[-1] < losses[0]
 

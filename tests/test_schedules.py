@@ -20,7 +20,6 @@ from strategies.schedules import (
     stages_of_rank,
     theoretical_bubble,
 )
-from strategies.timing import Span, busy_ms_by_stage, pipeline_fields
 
 
 @pytest.mark.parametrize(
@@ -83,7 +82,7 @@ def test_only_schedules_the_installed_torch_has_are_offered() -> None:
     ("rank", "p", "v", "v_shape", "expected"),
     [(0, 2, 1, False, [0]), (1, 2, 2, False, [1, 3]), (2, 4, 3, False, [2, 6, 10]), (0, 2, 2, True, [0, 3]),
      (1, 2, 2, True, [1, 2]), (3, 4, 2, True, [3, 4])],
-)  # fmt: skip
+)
 def test_stages_of_rank(rank: int, p: int, v: int, v_shape: bool, expected: list[int]) -> None:
     assert stages_of_rank(rank, p, v, v_shape) == expected
 
@@ -100,7 +99,7 @@ def test_clock_cycles_is_the_forward_wavefront() -> None:
     ("batch", "m", "message"),
     [(8, 3, "global batch 8 is not divisible by 3 micro-batches"),
      (4, 8, "global batch 4 has fewer samples than --microbatches 8"), (8, 8, None), (8, 1, None)],
-)  # fmt: skip
+)
 def test_check_microbatches(batch: int, m: int, message: str | None) -> None:
     if message is None:
         check_microbatches(batch, m)
@@ -116,7 +115,7 @@ def test_check_microbatches(batch: int, m: int, message: str | None) -> None:
      ("3,2,1", 7, 3, "sums to 6, but the model has 7 blocks"),
      ("even", 5, 6, "cannot split 5 blocks into 6 stages"),
      ("fast", 5, 2, "neither even, params, time nor a list like 3,2,2")],
-)  # fmt: skip
+)
 def test_explicit_balance(text: str, blocks: int, stages: int, expected: list[int] | str | None) -> None:
     if isinstance(expected, str):
         with pytest.raises(ValueError, match=expected):
@@ -130,23 +129,3 @@ def test_point_to_point_on_cuda_needs_nccl() -> None:
         check_p2p_backend("cuda", "gloo")
     check_p2p_backend("cuda", "nccl")
     check_p2p_backend("cpu", "gloo")
-
-
-def test_pipeline_fields_from_literal_spans() -> None:
-    # Two ranks, one stage each, two timed steps of 10 ms (the slowest rank's). Rank 0 computes
-    # 6 ms per step, rank 1 4 ms then 2 ms; rank 1 started the recorded step 2 ms after rank 0.
-    spans = [Span(0, 0, "F", 0.0, 2.0), Span(0, 0, "B", 6.0, 10.0)]
-    assert busy_ms_by_stage(spans) == {0: 6.0}
-    rank0 = {"rank": 0, "devices": [[0]], "busy_ms": [{0: 6.0}, {0: 6.0}], "step_ms": [10.0, 9.0],
-             "timeline": [s.as_dict(0) for s in spans], "timeline_start_s": 100.0}  # fmt: skip
-    rank1 = {"rank": 1, "devices": [[1]], "busy_ms": [{1: 4.0}, {1: 2.0}], "step_ms": [9.0, 10.0],
-             "timeline": [Span(1, 0, "F", 0.5, 3.0).as_dict(1)], "timeline_start_s": 100.002}  # fmt: skip
-    fields = pipeline_fields([rank0, rank1])
-    assert fields["stage_busy_ms"] == [6.0, 3.0]
-    assert fields["measured_bubble_fraction_per_device"] == pytest.approx([0.4, 0.7])
-    assert fields["measured_bubble_fraction"] == pytest.approx(0.55)
-    assert fields["stage_imbalance"] == pytest.approx(6.0 / 4.5)
-    timeline = fields["timeline"]
-    assert timeline[1] == {"rank": 0, "stage": 0, "microbatch": 0, "kind": "B", "start_ms": 6.0, "end_ms": 10.0}
-    assert (timeline[2]["rank"], timeline[2]["start_ms"], timeline[2]["end_ms"]) == (1, pytest.approx(2.5),
-                                                                                     pytest.approx(5.0))  # fmt: skip

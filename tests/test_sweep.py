@@ -10,7 +10,7 @@ import pytest
 from bench.config import RunConfig
 from bench.records import read_records
 from bench.sweep import SweepConfig, plan
-from tests.conftest import run_bench
+from tests.helpers.cli import run_bench
 
 
 def test_weak_scaling_grows_the_global_batch_and_strong_keeps_it(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_plan_skips_what_cannot_run_and_says_why(tmp_path: Path) -> None:
 
 def sweep_args(out: Path, *extra: str) -> list[str]:
     return ["sweep", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1", "--warmup", "0",
-            "--out", str(out), *extra]  # fmt: skip
+            "--out", str(out), *extra]
 
 
 def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resumes(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resume
     assert "1 ok, 1 failed" in proc.stdout
     records, bad = read_records(out)
     assert bad == [] and [(r["model"], r["status"]) for r in records] == [
-        ("tests.faulty_models:raising", "failed"), ("mlp", "ok")]  # fmt: skip
+        ("tests.faulty_models:raising", "failed"), ("mlp", "ok")]
     assert "injected fault in forward" in records[0]["reason"]
 
     # A killed writer's torn line, then the same sweep again: it is reported, and nothing is redone.
@@ -60,7 +60,7 @@ def test_a_stalled_configuration_times_out_as_a_row(tmp_path: Path) -> None:
     out = tmp_path / "sweep.jsonl"
     start = time.monotonic()
     proc = run_bench(*sweep_args(out, "--models", "tests.faulty_models:stalling", "--run-timeout-s", "10"),
-                     env={"PYTHONPATH": "."})  # fmt: skip
+                     env={"PYTHONPATH": "."})
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     (row,) = read_records(out)[0]
@@ -73,7 +73,7 @@ def test_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path, capsys: pytes
 
     out = tmp_path / "sweep.jsonl"
     assert main(["sweep", "--strategies", "single", "--models", "mlp,rnn", "--devices", "1,2", "--preset", "tiny",
-                 "--out", str(out), "--dry-run"]) == 0  # fmt: skip
+                 "--out", str(out), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split() for line in lines] == [["single", "mlp", "x1", "run"], ["single", "rnn", "x1", "run"]]
     assert not out.exists()

@@ -70,7 +70,7 @@ class Comparison:
     def record_fields(self) -> dict[str, object]:
         return {"comparison": self.comparison, "name": self.name, "ratio": self.ratio, "suite_ms": self.suite_ms,
                 "baseline_ms": self.baseline_ms, "target": self.target, "met": self.met,
-                **self.setup.record_fields()}  # fmt: skip
+                **self.setup.record_fields()}
 
 
 def _alternated(
@@ -94,7 +94,7 @@ def single_vs_plain_loop(config: RunConfig, rounds: int) -> Comparison:
         "suite": lambda: train(config).ranks[0].step_times_s,
         "plain": lambda: plain_step_times(config.model, config.preset, config.batch_size, config.steps,
                                           config.warmup, config.seed, device),
-    }, rounds)  # fmt: skip
+    }, rounds)
     return Comparison(
         "single-vs-plain-loop",
         "single vs plain PyTorch loop",
@@ -149,7 +149,7 @@ def _ddp_worker(rank: int, config: RunConfig, rounds: int, folder: str) -> None:
 
     def plain() -> list[float]:
         mine = plain_ddp_step_times(config.model, config.preset, config.batch_size, config.steps, config.warmup,
-                                    config.seed, str(topo.devices[0]))  # fmt: skip
+                                    config.seed, str(topo.devices[0]))
         return [max(step) for step in zip(*gather_objects(mine), strict=True)]
 
     init_process_group(topo, config.timeout_s)  # ddp keeps a group it did not make

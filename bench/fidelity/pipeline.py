@@ -92,7 +92,7 @@ class PipelineSpeedup:
         return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
                 "share_of_ideal": self.share, "suite_ms": self.pp_ms, "baseline_ms": self.mp_ms,
                 "microbatches": self.microbatches, "mp_threads": self.mp_threads, "target": self.target,
-                "met": self.met, **self.setup.record_fields()}  # fmt: skip
+                "met": self.met, **self.setup.record_fields()}
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class BubbleCheck:
         return {"comparison": "pp-bubble", "name": self.name, "measured_bubble_fraction": self.measured,
                 "theoretical_bubble_fraction": self.theoretical, "bubble_difference": self.difference,
                 "suite_ms": self.pp_ms, "schedule": self.schedule, "microbatches": self.microbatches,
-                "target": self.target, "met": self.met, **self.setup.record_fields()}  # fmt: skip
+                "target": self.target, "met": self.met, **self.setup.record_fields()}
 
 
 def bubble_checks(rounds: dict[int, list[PipelineRound]], setup: Setup, schedule: str) -> list[BubbleCheck]:
@@ -182,7 +182,7 @@ def pp_vs_mp(
     # (micro-batches of 8) every micro-batch's weight-gradient traffic dominated: mp itself slowed from
     # 136 to 221 ms going from M=4 to 8, and pp reached 65% of the ideal against 80% at 256.
     base = dataclasses.replace(config, model="mlp", preset="small", batch_size=PP_BATCH, balance="params",
-                               devices=PP_STAGES, optimizer="sgd", lr=0.01)  # fmt: skip
+                               devices=PP_STAGES, optimizer="sgd", lr=0.01)
     setup = Setup(base.model, base.preset, PP_STAGES, base.accelerator, base.batch_size)
     per_rank = threads_per_process(PP_STAGES) if config.accelerator == "cpu" else torch.get_num_threads()
     sides = {"pp": per_rank, "mp": per_rank, "mp-all": torch.get_num_threads()}
@@ -191,10 +191,10 @@ def pp_vs_mp(
     for m in microbatches:
         pp_ms = statistics.median(t for r in pp_rounds[m] for t in r.step_times_ms)
         for side, label, target in (("mp", f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
-                                    ("mp-all", f"{sides['mp-all']} threads", None)):  # fmt: skip
+                                    ("mp-all", f"{sides['mp-all']} threads", None)):
             name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
             speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, statistics.median(mp_times[side, m]),
-                                            ideal_speedup(PP_STAGES, m), target))  # fmt: skip
+                                            ideal_speedup(PP_STAGES, m), target))
     return speedups, bubble_checks(pp_rounds, setup, base.schedule)
 
 
@@ -210,7 +210,7 @@ def _pipeline_rounds(
         inboxes = [ctx.Queue() for _ in range(PP_STAGES)]
         outbox = ctx.Queue()
         workers = [ctx.Process(target=_pp_worker, args=(r, inboxes[r], outbox, folder, sides["pp"]))
-                   for r in range(PP_STAGES)]  # fmt: skip
+                   for r in range(PP_STAGES)]
         for w in workers:
             w.start()
         try:

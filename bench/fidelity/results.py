@@ -10,6 +10,7 @@ from typing import Protocol, TypeVar
 
 from bench.config import RunConfig
 from bench.records import RECORD_VERSION
+from strategies.devices import is_emulated
 
 T = TypeVar("T")
 
@@ -25,11 +26,9 @@ class Setup:
     global_batch_size: int
 
     def record_fields(self) -> dict[str, object]:
-        # As failure_record counts it: several devices on one CPU are emulated, one is not.
-        emulated = self.accelerator == "cpu" and self.devices > 1
         return {"model": self.model, "preset": self.preset, "device_count": self.devices,
                 "accelerator": self.accelerator, "global_batch_size": self.global_batch_size,
-                "emulated": emulated}  # fmt: skip
+                "emulated": is_emulated(self.accelerator, self.devices)}
 
 
 class FidelityResult(Protocol):

@@ -22,11 +22,12 @@ from bench.launch import child_command
 from bench.records import build_record, read_records
 from bench.runner import RankStats, RunResult, prepared_run
 from models.data import global_batches
-from strategies import ConfigError, get_strategy
-from tests.benchmarks.conftest import Case, base_config
+from strategies import ConfigError, build_strategy
+from strategies.devices import peak_memory
+from tests.helpers.matrix import Case, base_config
 
 EXTRA_FIELDS = ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "peak_mem_bytes", "peak_mem_source",
-                "device_count", "processes", "emulated", "mfu")  # fmt: skip
+                "device_count", "processes", "emulated", "mfu")
 
 
 def _resolved(case: Case, steps: int, warmup: int, out: Path):  # noqa: ANN202
@@ -50,29 +51,27 @@ def test_step(benchmark, case: Case, bench_options: dict, single_throughput: dic
     steps, warmup = (bench_options["steps"], bench_options["warmup"]) if bench_options["enabled"] else (1, 0)
     config = _resolved(case, steps, warmup, tmp_path / "r.jsonl")
     losses: list[float] = []
-    strategy = get_strategy(config)
-    with prepared_run(config, strategy, strategy.local_topology()) as run:
-        shards = itertools.cycle(
-            [run.strategy.shard_batch(x, y, run.topology) for x, y in global_batches(run.dataset, config.batch_size, 4)]
-        )
+    strategy = build_strategy(config.strategy, config)
+    run = prepared_run(config, strategy, strategy.local_topology())
+    shards = itertools.cycle(
+        [strategy.shard_batch(x, y, run.topology) for x, y in global_batches(run.dataset, config.batch_size, 4)]
+    )
 
-        def next_shard() -> tuple[tuple, dict]:  # outside the clock, like the runner's sharding
-            return next(shards), {}
+    def next_shard() -> tuple[tuple, dict]:  # outside the clock, like the runner's sharding
+        return next(shards), {}
 
-        def step(inputs, targets) -> None:  # noqa: ANN001
-            loss = run.step(inputs, targets)
-            losses.append(float(loss))
+    def step(inputs, targets) -> None:  # noqa: ANN001
+        loss = run.step(inputs, targets)
+        losses.append(float(loss))
 
-        benchmark.group = f"{case.model}/{case.preset}"  # read when the timing starts
-        benchmark.pedantic(step, setup=next_shard, rounds=steps, warmup_rounds=warmup, iterations=1)
-        from bench.devices import peak_memory
-
-        stats = RankStats(rank=0, threads=0, losses=losses)
-        stats.step_times_s = list(benchmark.stats.stats.data) if benchmark.stats else []
-        stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(run.topology.devices)
-        stats.strategy_fields = run.strategy.rank_fields()
-        result = RunResult(run.topology, [stats], run.flops_per_sample,
-                           run.strategy.record_fields([stats.strategy_fields]))  # fmt: skip
+    benchmark.group = f"{case.model}/{case.preset}"  # read when the timing starts
+    benchmark.pedantic(step, setup=next_shard, rounds=steps, warmup_rounds=warmup, iterations=1)
+    stats = RankStats(rank=0, threads=0, losses=losses)
+    stats.step_times_s = list(benchmark.stats.stats.data) if benchmark.stats else []
+    stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(run.topology.devices)
+    stats.strategy_fields = strategy.rank_fields(run.model, run.topology)
+    fields = strategy.record_fields(run.model, [stats.strategy_fields])
+    result = RunResult(run.topology, [stats], run.flops_per_sample, fields)
     assert len(losses) == steps + warmup and all(loss == loss for loss in losses)  # trained, no NaN
     if stats.step_times_s:
         _finish(benchmark, case, build_record(config, result, environment()), single_throughput)

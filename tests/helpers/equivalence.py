@@ -6,16 +6,15 @@ import dataclasses
 
 import torch
 
-from bench.config import RunConfig, resolve
+from bench.config import ATOL, RTOL, RunConfig, resolve, unread_groups_reset
 from bench.runner import global_losses, train
 
-# fp32 with a different summation order (sharded batches, reduced gradients) drifts by a few ulps per step.
-RTOL, ATOL = 1e-4, 1e-5
+__all__ = ["ATOL", "RTOL", "assert_matches_reference", "reference"]
 
 
 def reference(config: RunConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Losses and final parameters of ``config`` trained by the ``single`` strategy."""
-    single = resolve(dataclasses.replace(config, strategy="single", devices=1, microbatches=1))
+    single = resolve(unread_groups_reset(dataclasses.replace(config, strategy="single", devices=1)))
     result = train(single, capture_state=True)
     return global_losses(result.ranks), result.model_state
 

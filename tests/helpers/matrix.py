@@ -1,0 +1,53 @@
+"""The benchmark matrix's cases: one per strategy x model x device count that can run on this machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from bench.config import RunConfig, checked_microbatches, default_device_counts, gpus_available
+from strategies import STRATEGIES
+
+
+@dataclass(frozen=True)
+class Case:
+    strategy: str
+    model: str
+    devices: int
+    preset: str
+    precision: str = "auto"
+    compile: bool = False
+
+    @property
+    def id(self) -> str:
+        knobs = ("" if self.precision == "auto" else f"-{self.precision}") + ("-compiled" if self.compile else "")
+        return f"{self.strategy}-{self.model}-{self.preset}-{self.devices}dev{knobs}"
+
+
+def _device_counts(option: str | None) -> list[int]:
+    if option:
+        return [int(n) for n in option.split(",")]
+    return list(default_device_counts("cuda" if gpus_available() else "cpu"))
+
+
+def cases(config: pytest.Config) -> list[Case]:
+    strategies = (config.getoption("--bench-strategies") or ",".join(STRATEGIES)).split(",")
+    model_names = config.getoption("--bench-models").split(",")
+    preset = config.getoption("--bench-preset") or ("large" if torch.cuda.is_available() else "tiny")
+    out = []
+    for name in strategies:
+        cls = STRATEGIES[name]
+        for devices in _device_counts(config.getoption("--bench-devices")):
+            if devices < cls.min_devices or (cls.max_devices is not None and devices > cls.max_devices):
+                continue
+            out += [Case(name, model, devices, preset, config.getoption("--bench-precision"),
+                         config.getoption("--bench-compile")) for model in model_names]
+    return out
+
+
+def base_config(case: Case, steps: int, warmup: int, out: str) -> RunConfig:
+    return RunConfig(strategy=case.strategy, model=case.model, preset=case.preset, devices=case.devices,
+                     steps=steps, warmup=warmup, out=out, microbatches=checked_microbatches(case.strategy),
+                     precision=case.precision, compile=case.compile)

@@ -1,0 +1,80 @@
+"""The run's configuration: option groups owned by strategies, one refusal for the rest, validated once."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import bench.cli
+from bench.config import RunConfig, from_json, resolve, to_json, unread_groups_reset
+from bench.launch import RESOLVED_CONFIG_VARIABLE
+from strategies import STRATEGIES, ConfigError, build_strategy, readers
+from strategies.options import OPTION_GROUPS, DDPOptions, PipelineOptions, RunOptions, SplitOptions
+
+GROUP_FIELDS = {f.name for group in OPTION_GROUPS for f in dataclasses.fields(group)}
+
+
+def test_every_group_field_is_one_flat_field_of_the_run_config() -> None:
+    fields = [f.name for f in dataclasses.fields(RunConfig)]
+    assert len(fields) == len(set(fields)) and set(fields) >= GROUP_FIELDS
+
+
+def test_a_strategy_receives_exactly_the_groups_it_reads() -> None:
+    config = RunConfig(strategy="pp", devices=2, microbatches=4, schedule="1f1b")
+    pp = build_strategy("pp", config)
+    assert pp.run == config.group(RunOptions)
+    assert pp.split == SplitOptions(microbatches=4) and pp.pipeline == PipelineOptions(schedule="1f1b")
+    assert not hasattr(pp, "ddp") and not hasattr(pp, "config")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"strategy": "mp", "devices": 2, "schedule": "1f1b"}, "--schedule 1f1b is for pp, hybrid, not mp"),
+        ({"strategy": "dp", "sync_batchnorm": True}, "--sync-batchnorm is for ddp, not dp"),
+        ({"strategy": "single", "microbatches": 2}, "--microbatches 2 is for mp, pp, hybrid, not single"),
+        ({"strategy": "pp", "devices": 2, "dp": 2}, "--dp 2 is for hybrid, not pp"),
+        ({"strategy": "hybrid", "devices": 4, "static_graph": True}, "--static-graph is for ddp, not hybrid"),
+    ],
+)
+def test_a_flag_of_a_group_the_strategy_does_not_read_is_refused_naming_who_reads_it(
+    changes: dict, message: str, tmp_path: Path
+) -> None:
+    config = RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "r.jsonl"), **changes)
+    with pytest.raises(ConfigError) as refused:
+        resolve(config)
+    assert str(refused.value) == message
+
+
+def test_readers_follow_the_declarations() -> None:
+    assert readers(DDPOptions) == ["ddp"]
+    assert readers(RunOptions) == list(STRATEGIES)
+
+
+def test_unread_groups_go_back_to_their_defaults() -> None:
+    config = RunConfig(strategy="ddp", devices=2, microbatches=4, schedule="1f1b", bucket_cap_mb=50.0)
+    reset = unread_groups_reset(config)
+    assert (reset.microbatches, reset.schedule, reset.bucket_cap_mb, reset.devices) == (1, "gpipe", 50.0, 2)
+
+
+def test_the_resolved_config_survives_json() -> None:
+    config = resolve(RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, microbatches=4))
+    assert from_json(to_json(config)) == config
+
+
+def test_a_torchrun_worker_takes_its_launchers_resolved_config_without_validating_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = resolve(RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, microbatches=4))
+    args = bench.cli.build_parser().parse_args(["run", "--strategy", "pp", "--devices", "2"])
+    monkeypatch.setattr(bench.cli, "resolve", lambda _: pytest.fail("a worker validated its command line again"))
+    monkeypatch.setenv(RESOLVED_CONFIG_VARIABLE, to_json(config))
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    assert bench.cli.run_config(args) == config
+    # A user's own torchrun passes no resolved config: its workers validate their flags.
+    monkeypatch.delenv(RESOLVED_CONFIG_VARIABLE)
+    with pytest.raises(pytest.fail.Exception, match="validated its command line again"):
+        bench.cli.run_config(args)
