@@ -66,6 +66,8 @@ class HarnessOptions:
     """Start from this checkpoint instead of the seed's initial weights (written under any strategy)."""
     scaling: str | None = None
     """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
+    repeat: int = 0
+    """Set by sweeps: which repeat of its configuration this run is (each repeat is a fresh process)."""
 
     # Training knobs: every strategy, recorded in every record (--precision is a RunOptions field).
     channels_last: bool | None = None
@@ -209,7 +211,7 @@ def _check_numbers(config: RunConfig) -> None:
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    for name in ("warmup", "max_restarts"):
+    for name in ("warmup", "max_restarts", "repeat"):
         if getattr(config, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(config, name)}")
     for name in ("lr", "timeout_s", "bucket_cap_mb", "peak_tflops"):

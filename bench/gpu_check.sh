@@ -36,7 +36,7 @@ step list 60 python -m bench list
 step gpu-tests 120 python -m pytest -q -p no:cacheprovider -m gpu tests
 step benchmark 150 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
   --bench-preset "$preset" --bench-steps 10 --bench-warmup 3 --benchmark-json="$out/benchmark.json"
-step sweep 180 python -m bench sweep --models cnn,mlp --preset "$preset" --microbatches 4 \
+step sweep 180 python -m bench sweep --models cnn,mlp --preset "$preset" --microbatches 4 --repeats 2 \
   --out "$out/sweep.jsonl" --run-timeout-s 90
 # The training knobs side by side on one model: each precision, then compile and activation
 # checkpointing at the machine's default precision (tf32 exists on CUDA only).

@@ -43,5 +43,7 @@ def knob_labels(config: dict[str, object]) -> list[str]:
 
 
 def run_label(config: dict[str, object]) -> str:
-    """A whole configuration in a few words, for progress lines and log names: ``pp (gpipe, m=4) mlp x2``."""
-    return f"{variant(config)} {config['model']} x{config['devices']}"
+    """A whole configuration in a few words, for progress lines and log names:
+    ``pp (gpipe, m=4) mlp x2 b64 #2`` (batch 64, the second repeat)."""
+    repeat = int(config.get("repeat") or 0) + 1
+    return f"{variant(config)} {config['model']} x{config['devices']} b{config['batch_size']} #{repeat}"

@@ -67,6 +67,9 @@ def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: 
     if accelerator == "cpu":
         # torchrun would set OMP_NUM_THREADS=1; N emulated devices share the cores instead.
         env["OMP_NUM_THREADS"] = str(threads_per_process(nproc))
+        # Idle OpenMP threads sleep rather than spin: a spinning rank starves its peer of the core it
+        # waits on, and one core taken by another process for a moment then stalls both for long.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from bench.disturbance import open_window
 from bench.processes import die_with_parent
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
@@ -19,6 +20,7 @@ def become_rank(rank: int, world_size: int, folder: str) -> None:
     Sets torchrun's variables and a file rendezvous in ``folder`` (which every rank of the group
     shares), and ties the process's life to its parent's, as ``bench run`` does for its workers."""
     die_with_parent()
+    open_window()
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.config import RunConfig
 from bench.devices import peak_flops_per_s
+from bench.disturbance import gpu_tenants, judge
 from bench.runner import RunResult, global_losses, step_times_ms
 from strategies.devices import is_emulated
 
@@ -134,6 +135,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "samples_per_s_per_device": samples_per_s / topo.device_count,
         "peak_mem_bytes": [b for r in result.ranks for b in r.peak_mem_bytes],
         "peak_mem_source": result.ranks[0].peak_mem_source,
+        **_memory_by_kind(result),
         "losses": losses,
         "loss_first": losses[0],
         "loss_last": losses[-1],
@@ -144,10 +146,27 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "mfu": achieved / (peak * topo.device_count) if achieved and peak else None,
         "strategy_fields": result.strategy_fields,
         "deterministic": config.deterministic,
+        **_machine_account(result, cores),
         # torchrun counts its restarts; each worker of the final attempt sees the count.
         "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         "env": env,
     }
+
+
+def _memory_by_kind(result: RunResult) -> dict[str, object]:
+    """Every rank's peak bytes by kind over its first warm-up step (bench/memory.py), in rank order."""
+    tracked = [{"rank": r.rank, **device} for r in result.ranks for device in (r.memory_by_kind or [])]
+    errors = sorted({r.memory_error for r in result.ranks if r.memory_error})
+    return {"memory_by_kind": tracked or None,
+            "memory_by_kind_source": "torch MemTracker, first warm-up step" if tracked else "; ".join(errors) or None}
+
+
+def _machine_account(result: RunResult, cores: int) -> dict[str, object]:
+    """``disturbed`` and its reason, and what the ranks saw of the machine (bench/disturbance.py)."""
+    loads = [r.load for r in result.ranks if r.load is not None]
+    cuda = result.topology.devices[0].type == "cuda"
+    tenants = gpu_tenants({r.pid for r in result.ranks}) if cuda else 0
+    return judge(loads, cores, tenants).record_fields(loads)
 
 
 def failure_record(

@@ -14,9 +14,11 @@ import torch
 import models
 from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
+from bench.disturbance import RankLoad, close_window
 from bench.failures import note_step
 from bench.faults import fault_for
 from bench.knobs import apply_model_knobs
+from bench.memory import MemoryByKind
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, build_strategy
@@ -45,6 +47,12 @@ class RankStats:
     """Optimizer steps fp16's gradient scaler skipped (0 in other precisions)."""
     strategy_fields: Any = None
     """What this rank's strategy measured beyond step times (``Strategy.rank_fields``: its own type)."""
+    load: RankLoad | None = None
+    """What this rank saw of the machine over its timed steps (bench/disturbance.py)."""
+    memory_by_kind: list[dict[str, object]] | None = None
+    """Peak bytes by kind on each of this rank's devices over its first warm-up step (bench/memory.py)."""
+    memory_error: str | None = None
+    pid: int = field(default_factory=os.getpid)
 
 
 @dataclass(frozen=True)
@@ -161,12 +169,16 @@ def _save_merged(config: RunConfig, run: PreparedRun, state: dict[str, torch.Ten
         save_checkpoint(config.save_checkpoint, ordered, run.spec.name, config.preset, config.strategy)
 
 
+COMPILED_REFUSAL = "--compile: compiled blocks' kernels run past the dispatcher that torch's MemTracker watches"
+
+
 def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     strategy, topo = run.strategy, run.topology
     stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
     reset_peak_memory(topo.devices)
     batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
     fault = fault_for(topo.rank)
+    memory = MemoryByKind(strategy.memory_refusal() or (COMPILED_REFUSAL if config.compile else None))
     for step, (inputs, targets) in enumerate(batches):
         try:
             if fault is not None and fault.step == step:
@@ -178,7 +190,11 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
             inputs, targets = strategy.shard_batch(inputs, targets, topo)
             synchronize(topo.devices)
             start = time.perf_counter()
-            loss = run.step(inputs, targets)
+            if step == 0 and config.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
+                with memory.track(run.model, run.optimizer):
+                    loss = run.step(inputs, targets)
+            else:
+                loss = run.step(inputs, targets)
             elapsed = time.perf_counter() - start
         except BaseException as exc:
             note_step(exc, step)  # for the one line that says where a failed run failed
@@ -188,6 +204,8 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
             stats.step_times_s.append(elapsed)
         if topo.rank == 0:
             log.debug("step %d: %.1f ms", step, elapsed * 1e3)
+    stats.load = close_window()
+    stats.memory_by_kind, stats.memory_error = memory.peaks, memory.error
     stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(topo.devices)
     stats.skipped_steps = strategy.precision.skipped_steps
     return stats

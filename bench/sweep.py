@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
-import json
 import logging
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -25,96 +22,12 @@ from bench import launch
 from bench.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
 from bench.config import SCALINGS, RunConfig, default_device_counts, resolve, to_json, unread_groups_reset
 from bench.environment import environment
-from bench.labels import run_label
 from bench.launch import ChildOutcome, child_command
+from bench.plan import PlannedRun, SweepConfig, plan, run_key
 from bench.records import RecordError, append_record, failure_record, read_records
-from strategies import STRATEGIES, ConfigError, Launch, Strategy, strategy_class
-from strategies.options import PipelineOptions, SplitOptions
+from strategies import STRATEGIES, ConfigError, Launch, strategy_class
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """What to sweep; every tuple is one axis of the grid."""
-
-    strategies: tuple[str, ...]
-    """Strategies to run (default: all registered)."""
-    models: tuple[str, ...]
-    """Model families."""
-    devices: tuple[int, ...]
-    """Device counts."""
-    base: RunConfig
-    """Every other setting: preset, steps, warm-up, output file, ... (``batch_size`` per ``scaling``)."""
-    scaling: str = "weak"
-    """weak: --batch-size is per device and grows with the device count; strong: it is the global batch."""
-    microbatches: tuple[int, ...] = (1, 4)
-    """Micro-batch counts, for strategies that take them."""
-    schedules: tuple[str, ...] = ("gpipe",)
-    """Pipeline schedules, for strategies that take them."""
-    run_timeout_s: float = 600.0
-    """Wall-clock limit of one configuration, start-up included."""
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One point of the grid: a configuration to run, or the reason it is skipped."""
-
-    config: RunConfig
-    skip_reason: str | None = None
-
-    @property
-    def label(self) -> str:
-        return run_label(self.config.as_dict())
-
-
-def run_key(config: dict[str, object]) -> str:
-    """What identifies a configuration across runs of a sweep: the whole config but the output file."""
-    return json.dumps({k: v for k, v in sorted(config.items()) if k != "out"})
-
-
-def plan(sweep: SweepConfig) -> list[PlannedRun]:
-    """The grid, with each point validated exactly as ``bench run`` would validate it."""
-    runs = []
-    for strategy, model, devices in itertools.product(sweep.strategies, sweep.models, sweep.devices):
-        cls = STRATEGIES[strategy]
-        if devices < cls.min_devices or (cls.max_devices is not None and devices > cls.max_devices):
-            continue  # not a configuration at all (single on 2 devices), so not a skipped one either
-        axes = _axes(sweep, cls)
-        for values in itertools.product(*axes.values()):
-            config = dataclasses.replace(
-                sweep.base, strategy=strategy, model=model, devices=devices, scaling=sweep.scaling,
-                batch_size=_global_batch(sweep, model, devices), **dict(zip(axes, values, strict=True)),
-            )
-            runs.append(_checked(unread_groups_reset(config), cls.needs_gpus))
-    return runs
-
-
-def _axes(sweep: SweepConfig, cls: type[Strategy]) -> dict[str, tuple[object, ...]]:
-    """The sweep's axes that ``cls`` reads: micro-batches for strategies that split, schedules for pipelines."""
-    axes: dict[str, tuple[object, ...]] = {}
-    if SplitOptions in cls.reads:
-        axes["microbatches"] = sweep.microbatches
-    if PipelineOptions in cls.reads:
-        axes["schedule"] = sweep.schedules
-    return axes
-
-
-def _global_batch(sweep: SweepConfig, model: str, devices: int) -> int:
-    per_step = sweep.base.batch_size or resolve(dataclasses.replace(sweep.base, model=model)).batch_size
-    return per_step * devices if sweep.scaling == "weak" else per_step
-
-
-def _checked(config: RunConfig, needs_gpus: bool) -> PlannedRun:
-    try:
-        resolved = resolve(config)
-    except ConfigError as exc:
-        return PlannedRun(config, skip_reason=str(exc))
-    if needs_gpus and resolved.accelerator == "cpu":
-        return PlannedRun(
-            resolved, f"{config.strategy} needs GPUs: on the CPU it runs one device whatever --devices says"
-        )
-    return PlannedRun(resolved)
 
 
 def completed_keys(out: Path) -> set[str]:
@@ -132,27 +45,45 @@ def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> 
     out = Path(sweep.base.out)
     done = set() if force else completed_keys(out)
     todo = [r for r in runs if r.skip_reason is None and run_key(r.config.as_dict()) not in done]
-    counts = {"ok": 0, "failed": 0, "oom": 0, "timeout": 0, "already done": 0, "skipped": 0}
+    counts = {"ok": 0, "failed": 0, "oom": 0, "timeout": 0, "already done": 0, "skipped": 0, "re-run disturbed": 0}
     counts["skipped"] = sum(r.skip_reason is not None for r in runs)
     counts["already done"] = sum(r.skip_reason is None for r in runs) - len(todo)
     for run in runs:
         # Skipped points get a row too, so that the report lists them with the reason.
         if run.skip_reason is not None and (force or run_key(run.config.as_dict()) not in done):
             append_record(out, failure_record(run.config, "skipped", run.skip_reason, environment()))
-    bar = tqdm(todo, desc="sweep", unit="config", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(todo, desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True)
     for run in bar:
         bar.set_postfix_str(run.label)
-        key = run_key(run.config.as_dict())
-        rows_before = _rows_for(out, key)
-        ended = run_child(run.config, sweep.run_timeout_s, child_log(out, run.label))
-        counts[ended.status] += 1
-        if ended.status != "ok":
-            log.warning("%s: %s: %s", run.label, ended.status, ended.reason)
-            # A child that ran out of memory wrote its own row, with its memory figures.
-            if _rows_for(out, key) == rows_before:
-                row = failure_record(run.config, ended.status, ended.reason, environment(), duration_s=ended.seconds)
-                append_record(out, row)
+        counts[_run_once(sweep, run, out)] += 1
+    # A run the machine's other work disturbed is kept (marked) but left out of the comparisons;
+    # once all rounds are done, each gets one more try on a quieter machine.
+    again = [run for run in todo if _disturbed(out, run_key(run.config.as_dict()))]
+    for run in tqdm(again, desc="re-run disturbed", unit="run", file=sys.stderr, dynamic_ncols=True):
+        log.warning("%s: disturbed by other work on the machine; running it once more", run.label)
+        _run_once(sweep, run, out)
+    counts["re-run disturbed"] = len(again)
     return counts
+
+
+def _run_once(sweep: SweepConfig, run: PlannedRun, out: Path) -> str:
+    """Runs one planned configuration; a failure becomes its row. Returns the outcome."""
+    key = run_key(run.config.as_dict())
+    rows_before = _rows_for(out, key)
+    ended = run_child(run.config, sweep.run_timeout_s, child_log(out, run.label))
+    if ended.status != "ok":
+        log.warning("%s: %s: %s", run.label, ended.status, ended.reason)
+        # A child that ran out of memory wrote its own row, with its memory figures.
+        if _rows_for(out, key) == rows_before:
+            row = failure_record(run.config, ended.status, ended.reason, environment(), duration_s=ended.seconds)
+            append_record(out, row)
+    return ended.status
+
+
+def _disturbed(out: Path, key: str) -> bool:
+    """True when the newest row of ``key`` is a run that other work on the machine disturbed."""
+    rows = [r for r in read_records(out)[0] if isinstance(r.get("config"), dict) and run_key(r["config"]) == key]
+    return bool(rows) and bool(rows[-1].get("disturbed"))
 
 
 def _rows_for(out: Path, key: str) -> int:
@@ -191,12 +122,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--scaling",
         choices=SCALINGS,
-        default="weak",
-        help="weak: --batch-size per device; strong: --batch-size is the global batch (default: weak)",
+        default="strong",
+        help="strong: --batch-size is the global batch at every device count, so strategies compare equal work; "
+             "weak: --batch-size per device, with single run at every global batch (default: strong)",
     )
     parser.add_argument("--microbatches", type=comma_list(int), default=(1, 4), help="for mp and pp (default: 1,4)")
     parser.add_argument("--schedules", type=comma_list(str), default=("gpipe",), help="for pipelines (default: gpipe)")
     parser.add_argument("--run-timeout-s", type=float, default=600.0, help="limit per configuration (default: 600)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of every configuration, each a fresh process, round by round: the report's "
+                             "intervals come from them (default: 3)")
     parser.add_argument("--force", action="store_true", help="redo configurations that already have a row")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the skip reasons, run nothing")
     # Fewer steps than a single run: a sweep's cost is mostly process start-up, and 6 timed steps
@@ -206,7 +141,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 # Fields that the sweep sets per point rather than taking from the command line.
-SWEPT_FIELDS = ("strategy", "model", "devices", "microbatches", "schedule", "scaling")
+SWEPT_FIELDS = ("strategy", "model", "devices", "microbatches", "schedule", "scaling", "repeat")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -218,6 +153,8 @@ def main(args: argparse.Namespace) -> int:
         for name, values in (("--devices", args.devices), ("--microbatches", args.microbatches)):
             if values is not None and (not values or min(values) < 1):
                 raise ConfigError(f"{name} must list numbers of at least 1, got {values}")
+        if args.repeats < 1:
+            raise ConfigError(f"--repeats must be at least 1, got {args.repeats}")
         if args.run_timeout_s <= 0:
             raise ConfigError(f"--run-timeout-s must be positive, got {args.run_timeout_s}")
         sweep = SweepConfig(
@@ -225,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
             devices=args.devices or default_device_counts(resolved_base.accelerator),
             base=dataclasses.replace(base, accelerator=resolved_base.accelerator),
             scaling=args.scaling, microbatches=args.microbatches, schedules=args.schedules,
-            run_timeout_s=args.run_timeout_s,
+            run_timeout_s=args.run_timeout_s, repeats=args.repeats,
         )
         for name in sweep.strategies:
             strategy_class(name)

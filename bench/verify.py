@@ -19,8 +19,9 @@ import models
 from bench.checkpoint import load_checkpoint
 from bench.cli_args import comma_list, fail
 from bench.config import ATOL, RTOL, RunConfig, checked_microbatches, resolve
+from bench.plan import run_key
 from bench.records import RECORD_VERSION, append_record, read_records
-from bench.sweep import run_child, run_key
+from bench.sweep import run_child
 from strategies import STRATEGIES, ConfigError, strategy_class
 
 
@@ -37,6 +38,15 @@ def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path) -
         reference, strategy=strategy, devices=devices, microbatches=checked_microbatches(strategy),
         save_checkpoint=str(folder / f"{strategy}-{reference.model}-{devices}.pt"),
     )
+
+
+EQUIVALENCE_CLASS = ("norm", "schedule", "microbatches", "precision")
+"""With strategy and model, what a verdict covers: a sweep row differing in any of these was not checked."""
+
+
+def checked_class(config: RunConfig) -> dict[str, object]:
+    """The settings of the run a verdict was reached on, written into its row for the report to match."""
+    return {name: getattr(config, name) for name in EQUIVALENCE_CLASS}
 
 
 def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[float, float, bool]:
@@ -87,7 +97,8 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                 records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
                 param_diff, loss_diff, passed = compare(got, want, records)
                 ran = records[run_key(got.as_dict())]
-                row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed, emulated=ran["emulated"])
+                row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed, emulated=ran["emulated"],
+                           **checked_class(got))
                 if ran["device_count"] != row["devices"]:  # nn.DataParallel without GPUs: a pass-through
                     row["reason"] = f"ran on {ran['device_count']} device(s), not {row['devices']}"
     return rows

@@ -10,7 +10,7 @@ import pandas as pd
 from reports import figures
 from reports.load import Results, load
 from reports.render import Section, write_html, write_markdown
-from reports.tables import fastest, hybrid_vs_parts, results_table, with_scaling, with_verification
+from reports.tables import fastest, hybrid_vs_parts, memory_by_kind, results_table, with_scaling, with_verification
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,18 @@ def build_report(results: Results, out: Path) -> list[Path]:
     sections = [_overview(results, emulated)]
     if not runs.empty:
         sections.append(Section("Fastest correct strategy", [
-            "For each model and device count, the fastest strategy not shown to be wrong by `bench verify` "
-            "(`verified` says whether it was checked)."], [fastest(runs)]))
+            "For each model, device count and global batch, the fastest configuration not shown to be wrong by "
+            "`bench verify` (`verified` says whether it was checked), with its median samples/s and speed-up over "
+            "`single` at the same global batch. A winner is named only where its interval clears every other's; "
+            "otherwise the strategies within noise of it are listed as a tie. Disturbed runs (other work on the "
+            "machine) are left out.", *_emulation_note(emulated)], [fastest(runs)]))
         sections.append(Section("Throughput and scaling", [
-            "Speed-up is samples/s over `single` on one device for the same model, preset and scaling mode; "
-            "efficiency is speed-up / devices."], [results_table(runs)],
+            "One row per configuration, its figures the median over its repeats (each a fresh process, run round "
+            "by round with the others) with the 95% percentile-bootstrap interval of that median in brackets. "
+            "Speed-up is over `single` at the same global batch, model and precision, as the median of the ratios "
+            "measured side by side in each round; efficiency is speed-up / devices. Rows of a weak-scaling sweep "
+            "say `weak` (their global batch grows with the devices). `repeats` counts the undisturbed runs, "
+            "`disturbed_runs` the ones left out.", *_emulation_note(emulated)], [results_table(runs)],
             _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))
         sections.append(mfu_section(runs, out))
         hybrid = hybrid_vs_parts(runs)
@@ -49,7 +56,14 @@ def build_report(results: Results, out: Path) -> list[Path]:
                 "(same schedule and micro-batches): 1.0 means data and pipeline parallelism compose without loss; "
                 "empty where a part was not measured."], [hybrid]))
         memory = [figures.memory(runs, out), figures.throughput_vs_memory(runs, out)]
-        sections.append(Section("Memory", [], [], _present(memory)))
+        by_kind = memory_by_kind(runs)
+        text = [
+            "By kind: MiB that the largest device of each configuration held at the peak of its first warm-up step, "
+            "as torch's MemTracker sorts the step's tensors (parameters, gradients, optimizer state, activations, "
+            "temporaries such as DDP's communication buckets). Strategies whose step the tracker cannot follow "
+            "(the pipelines) are absent. The figures below show the allocator's peak on GPUs and the process's "
+            "peak RSS on CPUs, which there is mostly the runtime."] if not by_kind.empty else []
+        sections.append(Section("Memory", text, [by_kind] if not by_kind.empty else [], _present(memory)))
         compare = _present([figures.dp_vs_ddp(runs, out)])
         if compare:
             sections.append(Section("nn.DataParallel vs DistributedDataParallel", [], [], compare))
@@ -70,6 +84,12 @@ def build_report(results: Results, out: Path) -> list[Path]:
     write_markdown(title, sections, md)
     write_html(title, sections, page)
     return [md, page, *sorted(out.glob("*.png"))]
+
+
+def _emulation_note(emulated: bool) -> list[str]:
+    """The mark every table of emulated figures carries, as the figures do."""
+    return ["EMULATED: rows marked `emulated` ran several stand-in devices on shared CPU cores; they show "
+            "correctness and overheads, not GPU speed-ups."] if emulated else []
 
 
 def _present(paths: list[Path | None]) -> list[Path]:

@@ -28,6 +28,8 @@ def warning_for(runs: pd.DataFrame) -> str:
 
 
 def _finish(fig: plt.Figure, title: str, runs: pd.DataFrame, path: Path) -> Path:
+    """Titles and saves the figure, with its data beside it as CSV (same name, ``.csv``)."""
+    runs.to_csv(path.with_suffix(".csv"), index=False)
     # Title and warning sit above the axes at fixed offsets in points, whatever the figure's height.
     warning = warning_for(runs)
     above = offset_copy(fig.transFigure, fig=fig, y=22 if warning else 6, units="points")
@@ -63,7 +65,7 @@ def throughput(runs: pd.DataFrame, baseline: pd.DataFrame, out: Path) -> Path | 
                         yerr=[part["samples_per_s"] - part["samples_per_s_low"],
                               part["samples_per_s_high"] - part["samples_per_s"]],
                         fmt="none", ecolor=colours[variant_name], capsize=3)
-        base = baseline[baseline["panel"] == panel_name]
+        base = baseline[baseline["panel"] == panel_name].sort_values("global_batch")
         if not base.empty:
             one = float(base["samples_per_s"].iloc[0])
             ax.plot(xs, [one * x for x in xs], linestyle="--", color="grey", label="ideal linear")
@@ -71,7 +73,7 @@ def throughput(runs: pd.DataFrame, baseline: pd.DataFrame, out: Path) -> Path | 
     grid.set_titles("{col_name}")
     grid.set_axis_labels("devices", "samples/s")
     grid.add_legend(title="strategy (dashed: ideal linear from single)")
-    return _finish(grid.figure, "Throughput vs devices (error bars: step-time IQR)", runs,
+    return _finish(grid.figure, "Throughput vs devices (error bars: 95% interval over repeats; one run: IQR)", runs,
                    out / "throughput.png")
 
 
@@ -147,13 +149,15 @@ def bubbles(runs: pd.DataFrame, out: Path) -> Path | None:
     data = runs.dropna(subset=["bubble_measured"])
     if data.empty:
         return None
+    # One line per strategy and schedule (mp's wavefront and pp's GPipe share the name "gpipe" but not a bubble).
+    data = data.assign(pipeline=data["strategy"] + " " + data["schedule"].fillna("").astype(str))
     long = data.melt(
-        id_vars=["panel", "schedule", "microbatches", "devices"],
+        id_vars=["panel", "pipeline", "microbatches", "devices"],
         value_vars=["bubble_measured", "bubble_theoretical"],
         var_name="bubble",
         value_name="fraction",
     )
-    grid = sns.relplot(data=long, x="microbatches", y="fraction", hue="bubble", style="schedule", col="panel",
+    grid = sns.relplot(data=long, x="microbatches", y="fraction", hue="pipeline", style="bubble", col="panel",
                        row="devices", kind="line", marker="o", errorbar=None, height=3, aspect=1.2)
     grid.set_titles("{col_name}, {row_name} devices")
     return _finish(grid.figure, "Pipeline bubble: measured vs theoretical", data,

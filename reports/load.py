@@ -49,6 +49,11 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
     return {
         "strategy": record["strategy"],
         "variant": variant(record),
+        # One configuration across its repeats: the whole config but where its record went and which repeat.
+        "config_key": json.dumps({k: v for k, v in sorted(config.items()) if k not in ("out", "repeat")}),
+        "repeat": config.get("repeat") or 0,
+        "disturbed": bool(record.get("disturbed")),
+        "precision": record.get("precision") or config.get("precision") or "",
         "model": record["model"],
         "preset": record["preset"],
         # One plot panel per model and size: a tiny and a small ResNet do not share an axis.
@@ -64,11 +69,13 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "step_time_iqr_ms": iqr,
         "peak_mem_source": record["peak_mem_source"],
         "peak_mem_mib_per_device": max(peaks) / 2**20,
+        **_memory_by_kind_mib(record.get("memory_by_kind")),
         "mfu": record.get("mfu") if record.get("mfu") is not None else float("nan"),
         "emulated": bool(record["emulated"]),
         "oversubscribed": bool(record.get("oversubscribed")),
         "microbatches": config.get("microbatches"),
         "schedule": config.get("schedule"),
+        "norm": config.get("norm"),
         "bubble_measured": fields.get("measured_bubble_fraction"),
         "bubble_theoretical": fields.get("theoretical_bubble_fraction"),
         "stage_imbalance": fields.get("stage_imbalance"),
@@ -78,6 +85,18 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "parts": fields.get("parts"),
         "accelerator": record["accelerator"],
     }
+
+
+MEMORY_KINDS = ("parameters", "gradients", "optimizer_state", "activations", "temporaries", "buffers", "total")
+
+
+def _memory_by_kind_mib(tracked: object) -> dict[str, float]:
+    """The largest device's bytes of each kind (bench/memory.py), in MiB; NaN where the run tracked none."""
+    devices = tracked if isinstance(tracked, list) and tracked else None
+    if devices is None:
+        return {f"mem_{kind}_mib": float("nan") for kind in MEMORY_KINDS}
+    largest = max(devices, key=lambda d: d.get("total", 0))
+    return {f"mem_{kind}_mib": largest.get(kind, 0) / 2**20 for kind in MEMORY_KINDS}
 
 
 def load(paths: list[Path]) -> Results:

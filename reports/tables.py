@@ -3,64 +3,160 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
+
+from reports.stats import bootstrap_interval, with_interval
 
 VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
 
 
-def with_scaling(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Adds ``speedup`` and ``efficiency`` against ``single`` on one device of the same model, preset
-    and scaling mode; also returns those baseline rows (the fastest, where several exist)."""
+BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
+"""What a run shares with the ``single`` run it is compared with: model and size, global batch, arithmetic."""
+
+
+def combine(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration from its repeats: the median over the undisturbed ones (over all of them,
+    marked, when every repeat was disturbed), and the bootstrap interval of that median."""
     if runs.empty:
-        return runs, runs
-    keys = ["panel", "scaling"]
-    single = runs[(runs["strategy"] == "single") & (runs["devices"] == 1)]
-    baseline = single.sort_values("samples_per_s").groupby(keys, as_index=False).last()
-    base = baseline[[*keys, "samples_per_s"]].rename(columns={"samples_per_s": "baseline_samples_per_s"})
-    merged = runs.merge(base, on=keys, how="left")
-    merged["speedup"] = merged["samples_per_s"] / merged["baseline_samples_per_s"]
-    merged["efficiency"] = merged["speedup"] / merged["devices"]
-    return merged.drop(columns="baseline_samples_per_s"), baseline
+        return runs
+    rows = []
+    for _, group in runs.groupby("config_key", sort=False):
+        quiet = group[~group["disturbed"]]
+        used = quiet if not quiet.empty else group
+        row = used.iloc[0].to_dict()
+        throughput = list(used["samples_per_s"])
+        interval = bootstrap_interval(throughput)
+        row.update(
+            samples_per_s=statistics.median(throughput),
+            step_time_ms=statistics.median(used["step_time_ms"]),
+            repeats=len(used),
+            disturbed_runs=int(group["disturbed"].sum()),
+            all_disturbed=quiet.empty,
+            peak_mem_mib_per_device=used["peak_mem_mib_per_device"].max(),
+        )
+        if interval is not None:  # else the one run's quartile bars stay
+            row["samples_per_s_low"], row["samples_per_s_high"] = interval
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def with_scaling(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The configurations (``combine``) with ``speedup`` over ``single`` at the same global batch, model,
+    size and precision, and ``efficiency`` (speed-up / devices); also returns those baselines.
+
+    The speed-up is the median over rounds of the ratio measured side by side in one round (a
+    configuration's and single's run with the same ``repeat``), with its bootstrap interval; without such
+    pairs it is the ratio of the two medians, without an interval."""
+    combined = combine(runs)
+    if combined.empty:
+        return combined, combined
+    quiet = runs[~runs["disturbed"]]
+    single = quiet[(quiet["strategy"] == "single") & (quiet["devices"] == 1)]
+    baseline = combine(single)
+    speedups = [_speedup(row, quiet, single, baseline) for row in combined.to_dict("records")]
+    combined[["speedup", "speedup_low", "speedup_high"]] = pd.DataFrame(speedups, index=combined.index)
+    for column in ("", "_low", "_high"):
+        combined[f"efficiency{column}"] = combined[f"speedup{column}"] / combined["devices"]
+    return combined, baseline
+
+
+def _speedup(row: dict, quiet: pd.DataFrame, single: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float, ...]:
+    nan = float("nan")
+    same = (single[BASELINE_KEYS] == pd.Series({k: row[k] for k in BASELINE_KEYS})).all(axis=1)
+    base_runs = single[same]
+    if base_runs.empty:
+        return nan, nan, nan
+    mine = quiet[quiet["config_key"] == row["config_key"]]
+    base_ms = base_runs.groupby("repeat")["step_time_ms"].median()
+    ratios = [base_ms[r] / ms for r, ms in zip(mine["repeat"], mine["step_time_ms"], strict=True) if r in base_ms]
+    if not ratios:
+        return statistics.median(base_runs["step_time_ms"]) / row["step_time_ms"], nan, nan
+    interval = bootstrap_interval(ratios) or (nan, nan)
+    return statistics.median(ratios), *interval
+
+
+SPLITS_THE_BATCH = {"ddp", "hybrid", "dp"}
+"""Strategies whose devices see parts of the batch (with m > 1 micro-batches, mp and pp too)."""
+CLASS = ("norm", "schedule", "microbatches", "precision")
+"""What a ``bench verify`` verdict covers beside strategy and model (bench/verify.py: EQUIVALENCE_CLASS)."""
 
 
 def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
-    """Adds ``verified``: pass / FAIL from ``bench verify`` for the strategy and model, else not verified.
-
-    ``single`` is the reference and passes by definition.
-    """
+    """Adds ``verified``: pass / FAIL where ``bench verify`` checked this very class of run (strategy, model,
+    norm, schedule, micro-batches, precision), else why not: not verified, not exact (batch-split
+    BatchNorm), or not checked (nn.DataParallel's CPU pass-through). ``single`` is the reference."""
     if runs.empty:
         return runs
-    status = {}
-    if not verify.empty:
-        for row in verify.itertuples():
-            if row.passed is None or (isinstance(row.passed, float) and math.isnan(row.passed)):
-                continue  # skipped: no verdict
-            key = (row.strategy, row.model)
-            passed = bool(row.passed) and status.get(key, VERIFIED) == VERIFIED
-            status[key] = VERIFIED if passed else WRONG
-    verified = [
-        VERIFIED if s == "single" else status.get((s, m), NOT_VERIFIED)
-        for s, m in zip(runs["strategy"], runs["model"], strict=True)
-    ]
-    return runs.assign(verified=verified)
+    verdicts: dict[tuple, str] = {}
+    for row in verify.to_dict("records") if not verify.empty else []:
+        passed = row.get("passed")
+        if passed is None or (isinstance(passed, float) and math.isnan(passed)):
+            continue  # skipped: no verdict
+        key = (row["strategy"], row["model"], *(row.get(c) for c in CLASS))
+        ok = bool(passed) and verdicts.get(key, VERIFIED) == VERIFIED
+        verdicts[key] = VERIFIED if ok else WRONG
+    return runs.assign(verified=[_verified(row, verdicts) for row in runs.to_dict("records")])
+
+
+def _verified(row: dict, verdicts: dict[tuple, str]) -> str:
+    if row["strategy"] == "single":
+        return VERIFIED
+    if row["strategy"] == "dp" and row["accelerator"] != "cuda":
+        return "not checked: pass-through on CPU"
+    verdict = verdicts.get((row["strategy"], row["model"], *(row.get(c) for c in CLASS)))
+    if verdict is not None:
+        return verdict
+    splits = row["strategy"] in SPLITS_THE_BATCH or (row.get("microbatches") or 1) > 1
+    if row.get("norm") == "batch" and splits and row["model"] == "cnn":
+        return "not exact: batch-split BatchNorm"
+    return NOT_VERIFIED
 
 
 def fastest(runs: pd.DataFrame) -> pd.DataFrame:
-    """For each model and device count, the fastest strategy that was not shown to be wrong."""
+    """For each model, device count and global batch, the fastest configuration not shown to be wrong,
+    named only where its throughput interval clears every other's; else the tie, or why none is named."""
     if runs.empty:
         return runs
-    trusted = runs[runs["verified"] != WRONG]
-    best = trusted.sort_values("samples_per_s").groupby(["panel", "devices"], as_index=False).last()
-    return best[["panel", "devices", "variant", "samples_per_s", "speedup", "efficiency", "verified", "emulated"]]
+    trusted = runs[(runs["verified"] != WRONG) & ~runs["all_disturbed"]]
+    rows = []
+    for (panel, devices, batch), group in trusted.groupby(["panel", "devices", "global_batch"], sort=True):
+        ranked = group.sort_values("samples_per_s", ascending=False)
+        best = ranked.iloc[0]
+        rows.append({"panel": panel, "devices": devices, "global_batch": batch, "fastest": _verdict(ranked),
+                     "samples_per_s": with_interval(best["samples_per_s"], best["samples_per_s_low"],
+                                                    best["samples_per_s_high"], 1),
+                     "speedup": with_interval(best["speedup"], best["speedup_low"], best["speedup_high"]),
+                     "repeats": best["repeats"], "verified": best["verified"], "emulated": best["emulated"]})
+    return pd.DataFrame(rows)
+
+
+def _verdict(ranked: pd.DataFrame) -> str:
+    """The winner where its interval clears the runner-up's; else the strategies within noise of it."""
+    best, others = ranked.iloc[0], ranked.iloc[1:]
+    if others.empty:
+        return f"{best['variant']} (the only one measured)"
+    if best["repeats"] < 2 or (others["repeats"] < 2).any():
+        return f"not ranked: fewer than 2 repeats (fastest median: {best['variant']})"
+    tied = [best["variant"], *others[others["samples_per_s_high"] >= best["samples_per_s_low"]]["variant"]]
+    if len(tied) == 1:
+        return str(best["variant"])
+    return "tie (within noise): " + ", ".join(tied)
 
 
 def results_table(runs: pd.DataFrame) -> pd.DataFrame:
-    columns = ["panel", "devices", "variant", "scaling", "global_batch", "samples_per_s", "step_time_ms",
-               "step_time_iqr_ms", "speedup", "efficiency", "peak_mem_mib_per_device", "mfu", "verified", "emulated",
-               "oversubscribed"]
-    present = [c for c in columns if c in runs.columns]
-    return runs.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False])[present]
+    """Every configuration, its figures with their intervals, how many repeats made them."""
+    table = runs.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False]).copy()
+    table["samples/s"] = [with_interval(v, lo, hi, 1) for v, lo, hi in
+                          zip(table["samples_per_s"], table["samples_per_s_low"], table["samples_per_s_high"],
+                              strict=True)]
+    table["speedup vs single"] = [with_interval(v, lo, hi) for v, lo, hi in
+                                  zip(table["speedup"], table["speedup_low"], table["speedup_high"], strict=True)]
+    columns = ["panel", "devices", "variant", "scaling", "global_batch", "samples/s", "speedup vs single",
+               "efficiency", "step_time_ms", "peak_mem_mib_per_device", "mfu", "repeats", "disturbed_runs",
+               "verified", "emulated", "oversubscribed"]
+    return table[[c for c in columns if c in table.columns]]
 
 
 def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
@@ -91,3 +187,13 @@ def _part_efficiency(runs: pd.DataFrame, panel: str, part: dict | None) -> float
     for key, value in part.items():
         match &= runs[PART_COLUMNS.get(key, key)] == value
     return runs.loc[match, "efficiency"].max() if match.any() else float("nan")
+
+
+def memory_by_kind(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration, the MiB its largest device held of each kind at the peak of a training step."""
+    columns = [c for c in runs.columns if c.startswith("mem_") and c.endswith("_mib")]
+    if not columns or runs[columns].isna().all().all():
+        return pd.DataFrame()
+    tracked = runs.dropna(subset=["mem_total_mib"]).sort_values(["panel", "devices", "variant"])
+    names = {c: c.removeprefix("mem_").removesuffix("_mib").replace("_", " ") for c in columns}
+    return tracked[["panel", "devices", "variant", *columns, "emulated"]].rename(columns=names).round(3)

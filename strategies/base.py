@@ -90,6 +90,8 @@ class Strategy(ABC):
     """Why ``--compile`` cannot work with this strategy, in a few words; None where it can."""
     fp16_refusal: ClassVar[str | None] = None
     """Why ``--precision fp16`` cannot work with this strategy (after "--precision fp16 "); None where it can."""
+    memory_tracking_refusal: ClassVar[str | None] = None
+    """Why torch's MemTracker cannot follow this strategy's step (its memory by kind is then not recorded)."""
     needs_gpus: ClassVar[bool] = False
     """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
 
@@ -98,6 +100,10 @@ class Strategy(ABC):
         """The devices, batch and precision (resolved: defaults filled in, already validated)."""
         self.precision = Precision(run.precision, "cuda" if run.accelerator == "cuda" else "cpu")
         """How the step's arithmetic runs: autocast for bf16/fp16, fp16's gradient scaler."""
+
+    def memory_refusal(self) -> str | None:
+        """Why torch's MemTracker cannot follow this run's step, or None (default: the class's refusal)."""
+        return self.memory_tracking_refusal
 
     def validate(self, facts: ModelFacts) -> None:
         """Raises ConfigError for a configuration this strategy cannot run. Called before any

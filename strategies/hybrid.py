@@ -91,6 +91,9 @@ class HybridStrategy(Strategy):
     min_devices = 4
     description = "dp x pp on a 2-D DeviceMesh: --dp replicas of a --pp-rank pipeline, stage gradients averaged"
     reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions, MeshOptions, BucketOptions)
+    memory_tracking_refusal = (
+        "torch's MemTracker cannot follow torch.distributed.pipelining's backward (autograd.grad on stage inputs)"
+    )
     fp16_refusal = (
         "needs one gradient scaler over the whole model, and hybrid keeps its stages in separate processes "
         "(each would skip steps on its own overflows); use bf16 (no loss scaling needed)"

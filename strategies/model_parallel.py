@@ -129,6 +129,11 @@ class ModelParallelStrategy(Strategy):
         super().__init__(run)
         self.split = split
 
+    def memory_refusal(self) -> str | None:
+        if self.split.microbatches > 1:
+            return "torch's MemTracker does not follow a stage called once per micro-batch (m > 1)"
+        return None
+
     def validate(self, facts: ModelFacts) -> None:
         check_split(self.split.balance, facts.blocks, self.run.devices, self.run.global_batch, self.split.microbatches)
 

@@ -230,6 +230,9 @@ class PipelineStrategy(Strategy):
     launch = Launch.PER_DEVICE
     description = "pipeline parallel (torch.distributed.pipelining): one process per stage, --schedule"
     reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions)
+    memory_tracking_refusal = (
+        "torch's MemTracker cannot follow torch.distributed.pipelining's backward (autograd.grad on stage inputs)"
+    )
     fp16_refusal = (
         "needs one gradient scaler over the whole model, and pp keeps its stages in separate processes "
         "(each would skip steps on its own overflows); use bf16 (no loss scaling needed)"

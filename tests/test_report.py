@@ -11,7 +11,7 @@ from reports.build import build_report
 from reports.load import load
 from reports.tables import fastest, with_scaling, with_verification
 from tests.helpers.cli import run_bench
-from tests.helpers.records import FAILED, RECORDS, VERIFY, record
+from tests.helpers.records import FAILED, RECORDS, VERIFY, record, repeated
 
 
 @pytest.fixture
@@ -45,11 +45,44 @@ def test_a_strategy_shown_wrong_never_wins_the_summary(results_file: Path) -> No
     results = load([results_file])
     runs = with_verification(with_scaling(results.runs)[0], results.verify)
     best = fastest(runs).set_index(["panel", "devices"])
-    # pp with 4 micro-batches is the fastest at 2 devices, but verify found it wrong.
-    assert best.loc[("mlp/small", 2), "variant"] == "ddp"
+    # pp with 4 micro-batches is the fastest at 2 devices, but verify found it wrong; ddp's interval
+    # (178-182 samples/s) clears the runner-up's (pp with 8 micro-batches, 139-141).
+    assert best.loc[("mlp/small", 2), "fastest"] == "ddp"
+    assert best.loc[("mlp/small", 2), "speedup"] == "1.80 [1.80, 1.80]"
     assert best.loc[("mlp/small", 2), "verified"] == "pass"
     assert best.loc[("cnn/small", 2), "verified"] == "not verified"
-    assert best.loc[("mlp/small", 1), "variant"] == "single"
+    assert best.loc[("mlp/small", 1), "fastest"] == "single (the only one measured)"
+
+
+def test_fastest_names_no_winner_within_noise(tmp_path: Path) -> None:
+    close = [*repeated("single", 1, 100.0), *repeated("ddp", 2, 150.0),
+             *[record("mp", 2, sps, repeat=r) for r, sps in enumerate((148.0, 152.0, 151.0))],
+             *[record("pp", 2, sps, repeat=r) for r, sps in enumerate((120.0, 125.0, 122.0))]]
+    path = tmp_path / "close.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in close))
+    runs = with_verification(with_scaling(load([path]).runs)[0], load([path]).verify)
+    (row,) = fastest(runs[runs["devices"] == 2]).to_dict("records")
+    assert row["fastest"] == "tie (within noise): mp (m=1), ddp"  # pp's interval is clear below both
+
+
+def test_a_disturbed_run_is_left_out_of_its_configurations_figures(tmp_path: Path) -> None:
+    runs = [*repeated("single", 1, 100.0), *repeated("ddp", 2, 180.0),
+            record("ddp", 2, 900.0, repeat=3, disturbed=True)]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    combined, _ = with_scaling(load([path]).runs)
+    ddp = combined[combined["strategy"] == "ddp"].iloc[0]
+    assert ddp["samples_per_s"] == pytest.approx(180.0) and ddp["repeats"] == 3 and ddp["disturbed_runs"] == 1
+
+
+def test_one_run_gives_no_interval_and_no_ranking(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (record("single", 1, 100.0), record("ddp", 2, 180.0),
+                                                           record("mp", 2, 90.0))))
+    runs = with_verification(with_scaling(load([path]).runs)[0], load([path]).verify)
+    (row,) = fastest(runs[runs["devices"] == 2]).to_dict("records")
+    assert row["fastest"] == "not ranked: fewer than 2 repeats (fastest median: ddp)"
+    assert row["speedup"] == "1.80"  # a ratio of one run each: no interval to show
 
 
 def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path: Path) -> None:
@@ -61,11 +94,14 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
                      "bubbles.png", "pipeline_timeline.png"}
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert png.with_suffix(".csv").stat().st_size > 0, f"{png.name} has no data beside it"
+    bubbles = (out / "bubbles.csv").read_text()
+    assert "pp gpipe" in bubbles  # one line per strategy and schedule
     md = (out / "report.md").read_text()
     assert "EMULATED" in md
     assert "## Hybrid against its parts" in md
     assert "| mlp/small | hybrid (gpipe, m=4) | 2 | 2 | 0.75 | 0.9 | 1.25 |" in md
-    assert "| mlp/small | 2 | ddp | 180 | 1.8 | 0.9 | pass | True |" in md  # the summary row
+    assert "| mlp/small | 2 | 64 | ddp | 180.0 [178.2, 181.8] | 1.80 [1.80, 1.80] | 3 | pass | True |" in md
     assert "no result within 60 s" in md and "timeout" in md  # the failed configuration, with its reason
     assert "| " + str(results_file) + " | 4 |" in md  # the torn line, by number
     assert "## MFU\n\nMFU is left out: no run knows its devices' peak FLOP/s." in md  # CPU runs: no peak
@@ -94,3 +130,16 @@ def test_report_cli_refuses_another_record_version(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "version-0 record; this suite reads version" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_verified_means_the_class_verify_checked_and_says_why_otherwise(tmp_path: Path) -> None:
+    rows = [*repeated("single", 1, 100.0), *repeated("ddp", 2, 180.0, model="cnn", norm="batch"),
+            *repeated("dp", 2, 100.0), *repeated("pp", 2, 140.0, microbatches=8), *repeated("mp", 2, 90.0)]
+    path = tmp_path / "v.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, *VERIFY]))
+    results = load([path])
+    runs = with_verification(with_scaling(results.runs)[0], results.verify).set_index("variant")
+    assert runs.loc["ddp", "verified"] == "not exact: batch-split BatchNorm"  # cnn with BatchNorm, split batch
+    assert runs.loc["dp", "verified"] == "not checked: pass-through on CPU"
+    assert runs.loc["pp (gpipe, m=8)", "verified"] == "not verified"  # verify checked m=4, not 8
+    assert runs.loc["mp (m=1)", "verified"] == "pass"

@@ -20,7 +20,8 @@ RECORD_FIELDS = {
     "step_times_ms", "step_time_ms_median", "step_time_ms_iqr", "samples_per_s", "samples_per_s_per_device",
     "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
     "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env", "deterministic",
-    "restart_count", "precision", "peak_flops_source", "skipped_steps",
+    "restart_count", "precision", "peak_flops_source", "skipped_steps", "memory_by_kind", "memory_by_kind_source",
+    "disturbed", "disturbed_reason", "machine_load",
 }
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",
@@ -52,6 +53,7 @@ def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
     assert record["emulated"] is False and record["device_count"] == 1
     assert record["deterministic"] is False and record["restart_count"] == 0  # benchmark mode says so
     assert record["config"]["batch_size"] == 8 and record["config"]["accelerator"] == "cpu"
+    assert record["memory_by_kind"][0]["parameters"] > 0 and isinstance(record["disturbed"], bool)
 
 
 def test_same_seed_gives_bit_identical_losses_and_another_seed_does_not(tmp_path: Path) -> None:

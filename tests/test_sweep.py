@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.config import RunConfig
+from bench.plan import SweepConfig, plan, run_key
 from bench.records import read_records
-from bench.sweep import SweepConfig, plan
 from tests.helpers.cli import run_bench
 
 
@@ -31,8 +31,34 @@ def test_plan_skips_what_cannot_run_and_says_why(tmp_path: Path) -> None:
     assert "3 is not divisible by 2" in runs[("ddp", 2)].skip_reason
 
 
+def test_repeats_run_round_by_round_each_with_its_own_key(tmp_path: Path) -> None:
+    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling="strong",
+                        repeats=3)
+    runs = plan(sweep)
+    order = [(r.config.repeat, r.config.strategy, r.config.devices) for r in runs]
+    grid = [("single", 1), ("ddp", 1), ("ddp", 2)]
+    assert order == [(repeat, *point) for repeat in range(3) for point in grid]
+    assert len({run_key(r.config.as_dict()) for r in runs}) == 9
+
+
+def test_weak_scaling_plans_single_at_every_global_batch_so_speedups_compare_equal_work(tmp_path: Path) -> None:
+    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling="weak")
+    singles = sorted(r.config.batch_size for r in plan(sweep) if r.config.strategy == "single")
+    assert singles == [8, 16]
+
+
+def test_a_strategy_with_no_point_in_the_sweep_gets_a_skipped_row_saying_why(tmp_path: Path) -> None:
+    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    sweep = SweepConfig(strategies=("single", "hybrid"), models=("mlp",), devices=(1, 2), base=base, repeats=2)
+    (hybrid,) = [r for r in plan(sweep) if r.config.strategy == "hybrid"]  # once, not per repeat
+    assert hybrid.skip_reason == "hybrid needs at least 4 devices; this sweep's device counts are 1, 2"
+
+
 def sweep_args(out: Path, *extra: str) -> list[str]:
-    return ["sweep", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1", "--warmup", "0",
+    return ["sweep", "--repeats", "1", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1",
+            "--warmup", "0",
             "--out", str(out), *extra]
 
 
@@ -72,10 +98,11 @@ def test_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path, capsys: pytes
     from bench.cli import main
 
     out = tmp_path / "sweep.jsonl"
-    assert main(["sweep", "--strategies", "single", "--models", "mlp,rnn", "--devices", "1,2", "--preset", "tiny",
-                 "--out", str(out), "--dry-run"]) == 0
+    assert main(["sweep", "--repeats", "1", "--strategies", "single", "--models", "mlp,rnn", "--devices", "1,2",
+                 "--preset", "tiny", "--batch-size", "8", "--scaling", "strong", "--out", str(out), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split() for line in lines] == [["single", "mlp", "x1", "run"], ["single", "rnn", "x1", "run"]]
+    assert [line.split() for line in lines] == [["single", "mlp", "x1", "b8", "#1", "run"],
+                                                ["single", "rnn", "x1", "b8", "#1", "run"]]
     assert not out.exists()
 
 
@@ -86,6 +113,7 @@ def test_sweep_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--strategies", "single,warp"], "unknown strategy 'warp'"),
         (["--devices", "0,2"], "--devices must list numbers of at least 1, got (0, 2)"),
         (["--models", "gpt"], "unknown model 'gpt'"),
+        (["--repeats", "0"], "--repeats must be at least 1, got 0"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(["sweep", "--out", str(tmp_path / "s.jsonl"), *args])

@@ -1,0 +1,144 @@
+"""Whether the machine was the run's own while it was timed: other processes' CPU time, load, GPU tenants.
+
+A run on shared cores measures its neighbours as much as itself: beside a few short commands, emulated
+runs here became 37-62x slower, and nothing in their figures said so. So every rank notes, around its
+run, the machine's busy CPU time (``/proc/stat``), its own CPU time and the load average; the
+reporting rank subtracts the run's own CPU time from the machine's and calls the run ``disturbed`` when
+other processes took more than ``FOREIGN_SHARE_LIMIT`` of the cores meanwhile. The window runs from
+the process's start (or its previous run's end) to its last timed step: both sides of the subtraction
+cover it, and it is long enough for ``/proc/stat``'s 10 ms ticks. On GPUs it also counts
+compute processes on the devices that are not the run's (``nvidia-smi``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FOREIGN_SHARE_LIMIT = 0.2
+"""Other processes' share of the machine's cores above which a timing is not this run's alone."""
+JUDGE_MIN_WALL_S = 0.5
+"""Shortest window judged: /proc/stat counts in 10 ms ticks per core, too coarse for less."""
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (None off Linux)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    wall_s: float
+    own_cpu_s: float
+    machine_busy_s: float | None
+    load_1min: float
+
+    @classmethod
+    def now(cls) -> Snapshot:
+        return cls(time.perf_counter(), time.process_time(), _machine_busy_s(), os.getloadavg()[0])
+
+
+_window_start: Snapshot | None = None
+
+
+def open_window() -> None:
+    """Starts this process's account of the machine, as early as it can: ``python -m bench`` calls it
+    before importing torch, so that even a run of a few milliseconds is judged over a second or more."""
+    global _window_start
+    _window_start = Snapshot.now()
+
+
+def close_window() -> RankLoad:
+    """The machine's account since ``open_window`` (or the previous ``close_window``: one per run)."""
+    global _window_start
+    start = _window_start or Snapshot.now()
+    _window_start = Snapshot.now()
+    return RankLoad.between(start, _window_start)
+
+
+@dataclass(frozen=True)
+class RankLoad:
+    """What one rank saw of the machine over its timed steps."""
+
+    host: str
+    wall_s: float
+    own_cpu_s: float
+    """This process's CPU time (all its threads) over the timed steps."""
+    machine_busy_s: float | None
+    """The whole machine's busy CPU time over the same window (None where /proc/stat is missing)."""
+    load_before: float
+    load_after: float
+
+    @classmethod
+    def between(cls, before: Snapshot, after: Snapshot) -> RankLoad:
+        busy = None
+        if before.machine_busy_s is not None and after.machine_busy_s is not None:
+            busy = after.machine_busy_s - before.machine_busy_s
+        return cls(socket.gethostname(), after.wall_s - before.wall_s, after.own_cpu_s - before.own_cpu_s, busy,
+                   before.load_1min, after.load_1min)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The record's account of the machine during the run."""
+
+    disturbed: bool
+    reason: str | None
+    foreign_cpu_share: float | None
+    """Other processes' CPU time over the cores' time during the timed steps (worst host)."""
+
+    def record_fields(self, loads: Sequence[RankLoad]) -> dict[str, object]:
+        return {
+            "disturbed": self.disturbed,
+            "disturbed_reason": self.reason,
+            "machine_load": {
+                "foreign_cpu_share": self.foreign_cpu_share,
+                "own_cpu_s_per_rank": [round(r.own_cpu_s, 4) for r in loads],
+                "wall_s_per_rank": [round(r.wall_s, 4) for r in loads],
+                "load_average_before": [r.load_before for r in loads],
+                "load_average_after": [r.load_after for r in loads],
+            },
+        }
+
+
+def judge(loads: Sequence[RankLoad], cores: int, gpu_tenants: int = 0) -> Verdict:
+    """``disturbed`` when other processes took more than FOREIGN_SHARE_LIMIT of some host's cores
+    while the run was timed, or shared its GPUs."""
+    worst: float | None = None
+    for host in sorted({r.host for r in loads}):
+        ranks = [r for r in loads if r.host == host]
+        busy = ranks[0].machine_busy_s
+        wall = max(r.wall_s for r in ranks)
+        if busy is None or wall < JUDGE_MIN_WALL_S:
+            continue
+        share = max(0.0, busy - sum(r.own_cpu_s for r in ranks)) / (cores * wall)
+        worst = share if worst is None else max(worst, share)
+    reasons = []
+    if worst is not None and worst > FOREIGN_SHARE_LIMIT:
+        load = f"{loads[0].load_before:.1f} -> {loads[0].load_after:.1f}"
+        reasons.append(f"other processes used {worst:.0%} of the {cores} cores during the run "
+                       f"(load average {load})")
+    if gpu_tenants:
+        reasons.append(f"{gpu_tenants} other process(es) computed on its GPUs")
+    return Verdict(bool(reasons), "; ".join(reasons) or None, worst)
+
+
+def gpu_tenants(own_pids: set[int]) -> int:
+    """Compute processes on this machine's GPUs that are not ``own_pids`` (0 where nvidia-smi is missing)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    pids = {int(line) for line in out.split() if line.strip().isdigit()}
+    return len(pids - own_pids)

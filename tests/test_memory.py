@@ -1,0 +1,69 @@
+"""Memory by kind, exactly where the arithmetic is known (bench/memory.py, torch's MemTracker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import models
+from bench.config import RunConfig, resolve
+from bench.records import read_records
+from bench.runner import train
+from tests.helpers.cli import run_bench
+
+
+def _bytes(model: str = "mlp") -> int:
+    return sum(p.numel() * p.element_size() for p in models.build_model(model, "tiny").blocks.parameters())
+
+
+def _tracked(tmp_path: Path, **changes: object) -> list[dict]:
+    config = resolve(RunConfig(model="mlp", preset="tiny", steps=1, warmup=1, out=str(tmp_path / "r.jsonl"),
+                               **changes))
+    ranks = train(config).ranks
+    return [device for r in ranks for device in r.memory_by_kind]
+
+
+def test_single_with_sgd_momentum_holds_parameters_gradients_and_state_of_4_bytes_each(tmp_path: Path) -> None:
+    (device,) = _tracked(tmp_path)
+    numel_bytes = _bytes()  # fp32: 4 bytes x numel
+    assert device["parameters"] == device["gradients"] == device["optimizer_state"] == numel_bytes
+    assert device["total"] >= 3 * numel_bytes
+
+
+def test_adam_holds_two_states_per_parameter(tmp_path: Path) -> None:
+    (device,) = _tracked(tmp_path, optimizer="adam")
+    # exp_avg and exp_avg_sq per parameter (and small step counters): two states where SGD keeps one.
+    assert 2 * _bytes() <= device["optimizer_state"] < 3 * _bytes()
+
+
+def test_mp_stages_hold_the_model_between_them(tmp_path: Path) -> None:
+    devices = _tracked(tmp_path, strategy="mp", devices=2, batch_size=8)
+    assert sum(d["parameters"] for d in devices) == _bytes()  # emulated: one CPU holds both stages
+
+
+def test_micro_batched_mp_says_why_it_is_not_tracked(tmp_path: Path) -> None:
+    config = resolve(RunConfig(strategy="mp", devices=2, microbatches=2, batch_size=8, model="mlp", preset="tiny",
+                               steps=1, warmup=1, out=str(tmp_path / "r.jsonl")))
+    (rank,) = train(config).ranks
+    assert rank.memory_by_kind is None and "once per micro-batch" in rank.memory_error
+
+
+def test_without_a_warm_up_step_nothing_is_tracked(tmp_path: Path) -> None:
+    config = resolve(RunConfig(model="mlp", preset="tiny", steps=1, warmup=0, out=str(tmp_path / "r.jsonl")))
+    assert train(config).ranks[0].memory_by_kind is None
+
+
+@pytest.mark.distributed
+def test_ddp_holds_a_whole_copy_per_device_and_pipelines_say_why_they_are_not_tracked(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    for strategy in ("ddp", "pp"):
+        proc = run_bench("run", "--strategy", strategy, "--devices", "2", "--model", "mlp", "--preset", "tiny",
+                         "--steps", "1", "--warmup", "1", "--microbatches", "2" if strategy == "pp" else "1",
+                         "--out", str(out))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    ddp, pp = read_records(out)[0]
+    assert [(d["rank"], d["parameters"], d["gradients"]) for d in ddp["memory_by_kind"]] == [
+        (0, _bytes(), _bytes()), (1, _bytes(), _bytes())]
+    assert all(d["temporaries"] >= _bytes() for d in ddp["memory_by_kind"])  # DDP's gradient buckets
+    assert pp["memory_by_kind"] is None and "cannot follow" in pp["memory_by_kind_source"]
