@@ -68,6 +68,8 @@ class HarnessOptions:
     """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
     repeat: int = 0
     """Set by sweeps: which repeat of its configuration this run is (each repeat is a fresh process)."""
+    profile: str | None = None
+    """Write a torch.profiler trace of the last 3 timed steps of each rank under this folder (open in Perfetto)."""
 
     # Training knobs: every strategy, recorded in every record (--precision is a RunOptions field).
     channels_last: bool | None = None
@@ -170,6 +172,8 @@ def resolve(config: RunConfig) -> RunConfig:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
     build_strategy(config.strategy, resolved).validate(ModelFacts(blocks=facts.blocks, gpus=gpus))
     _check_writable(Path(config.out))
+    if config.profile:
+        _check_writable(Path(config.profile) / "x", "--profile")
     if config.save_checkpoint:
         _check_writable(Path(config.save_checkpoint), "--save-checkpoint")
     if config.load_checkpoint:

@@ -4,6 +4,8 @@ Both ``bench`` and ``reports`` label runs; this is the one module that says how.
 
 from __future__ import annotations
 
+import re
+
 from strategies import STRATEGIES
 from strategies.options import PipelineOptions, SplitOptions
 from strategies.precision import default_precision
@@ -47,3 +49,8 @@ def run_label(config: dict[str, object]) -> str:
     ``pp (gpipe, m=4) mlp x2 b64 #2`` (batch 64, the second repeat)."""
     repeat = int(config.get("repeat") or 0) + 1
     return f"{variant(config)} {config['model']} x{config['devices']} b{config['batch_size']} #{repeat}"
+
+
+def file_name(label: str) -> str:
+    """``label`` as a file or folder name: ``pp_gpipe_m=4_mlp_x2_b64_1``."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_")

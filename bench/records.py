@@ -136,6 +136,8 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "peak_mem_bytes": [b for r in result.ranks for b in r.peak_mem_bytes],
         "peak_mem_source": result.ranks[0].peak_mem_source,
         **_memory_by_kind(result),
+        # --profile: each rank's torch.profiler trace; those steps carry the profiler's overhead.
+        "profile_traces": [r.trace for r in result.ranks if r.trace] or None,
         "losses": losses,
         "loss_first": losses[0],
         "loss_last": losses[-1],

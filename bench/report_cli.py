@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from bench.cli_args import fail
 from bench.records import RecordError
 from reports.build import report_from_files
+
+
+def check_output_folder(out: Path) -> None:
+    """Raises RecordError, before anything is read or written, for an --out the report cannot be written in."""
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if existing == out and not out.is_dir():
+        raise RecordError(f"--out {out}: a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RecordError(f"--out {out}: cannot write in {existing}")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -18,6 +30,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
+        check_output_folder(args.out)
+        for path in args.results:
+            if not path.is_file():
+                raise RecordError(f"{path}: no such results file")
         written = report_from_files(args.results, args.out)
     except RecordError as exc:
         fail("bench report", str(exc))

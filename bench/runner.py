@@ -16,9 +16,11 @@ from bench.checkpoint import load_checkpoint, save_checkpoint
 from bench.config import RunConfig
 from bench.disturbance import RankLoad, close_window
 from bench.failures import note_step
-from bench.faults import fault_for
+from bench.faults import Fault, fault_for
 from bench.knobs import apply_model_knobs
+from bench.labels import run_label
 from bench.memory import MemoryByKind
+from bench.traces import PROFILED_STEPS, profile_path, step_profiler
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, build_strategy
@@ -52,6 +54,8 @@ class RankStats:
     memory_by_kind: list[dict[str, object]] | None = None
     """Peak bytes by kind on each of this rank's devices over its first warm-up step (bench/memory.py)."""
     memory_error: str | None = None
+    trace: str | None = None
+    """This rank's torch.profiler trace (``--profile``)."""
     pid: int = field(default_factory=os.getpid)
 
 
@@ -179,36 +183,49 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
     fault = fault_for(topo.rank)
     memory = MemoryByKind(strategy.memory_refusal() or (COMPILED_REFUSAL if config.compile else None))
-    for step, (inputs, targets) in enumerate(batches):
-        try:
-            if fault is not None and fault.step == step:
-                fault.trigger(topo.rank)
-            # Moving this process's shard to its devices stays outside the clock: the suite times
-            # the strategies, not the input pipeline.
-            if config.channels_last:
-                inputs = inputs.contiguous(memory_format=torch.channels_last)
-            inputs, targets = strategy.shard_batch(inputs, targets, topo)
-            synchronize(topo.devices)
-            start = time.perf_counter()
-            if step == 0 and config.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
-                with memory.track(run.model, run.optimizer):
-                    loss = run.step(inputs, targets)
-            else:
-                loss = run.step(inputs, targets)
-            elapsed = time.perf_counter() - start
-        except BaseException as exc:
-            note_step(exc, step)  # for the one line that says where a failed run failed
-            raise
-        stats.losses.append(None if loss is None else float(loss))
-        if step >= config.warmup:
-            stats.step_times_s.append(elapsed)
-        if topo.rank == 0:
-            log.debug("step %d: %.1f ms", step, elapsed * 1e3)
+    profiled = min(PROFILED_STEPS, config.steps)
+    trace = profile_path(config.profile, run_label(config.as_dict()), topo.rank) if config.profile else None
+    profiler = step_profiler(trace, config.warmup + config.steps - profiled, profiled, topo.devices[0].type == "cuda")
+    with profiler:
+        for step, (inputs, targets) in enumerate(batches):
+            _one_step(run, config, step, inputs, targets, memory, fault, stats)
+            if trace is not None:
+                profiler.step()
+    stats.trace = str(trace) if trace is not None else None
     stats.load = close_window()
     stats.memory_by_kind, stats.memory_error = memory.peaks, memory.error
     stats.peak_mem_bytes, stats.peak_mem_source = peak_memory(topo.devices)
     stats.skipped_steps = strategy.precision.skipped_steps
     return stats
+
+
+def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tensor, targets: torch.Tensor,
+              memory: MemoryByKind, fault: Fault | None, stats: RankStats) -> None:
+    strategy, topo = run.strategy, run.topology
+    try:
+        if fault is not None and fault.step == step:
+            fault.trigger(topo.rank)
+        # Moving this process's shard to its devices stays outside the clock: the suite times
+        # the strategies, not the input pipeline.
+        if config.channels_last:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
+        inputs, targets = strategy.shard_batch(inputs, targets, topo)
+        synchronize(topo.devices)
+        start = time.perf_counter()
+        if step == 0 and config.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
+            with memory.track(run.model, run.optimizer):
+                loss = run.step(inputs, targets)
+        else:
+            loss = run.step(inputs, targets)
+        elapsed = time.perf_counter() - start
+    except BaseException as exc:
+        note_step(exc, step)  # for the one line that says where a failed run failed
+        raise
+    stats.losses.append(None if loss is None else float(loss))
+    if step >= config.warmup:
+        stats.step_times_s.append(elapsed)
+    if topo.rank == 0:
+        log.debug("step %d: %.1f ms", step, elapsed * 1e3)
 
 
 def step_times_ms(ranks: list[RankStats]) -> list[float]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import re
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from bench import launch
 from bench.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
 from bench.config import SCALINGS, RunConfig, default_device_counts, resolve, to_json, unread_groups_reset
 from bench.environment import environment
+from bench.labels import file_name
 from bench.launch import ChildOutcome, child_command
 from bench.plan import PlannedRun, SweepConfig, plan, run_key
 from bench.records import RecordError, append_record, failure_record, read_records
@@ -104,8 +104,7 @@ def run_child(config: RunConfig, timeout_s: float, log_path: Path | None = None)
 
 def child_log(out: Path, label: str) -> Path:
     """Where a sweep keeps a child's whole output: beside its results, named by its label."""
-    name = re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_")
-    return out.parent / f"{out.stem}.logs" / f"{name}.log"
+    return out.parent / f"{out.stem}.logs" / f"{file_name(label)}.log"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.labels import file_name
 from reports import figures
-from reports.load import Results, load
+from reports.load import Results, load, variant
 from reports.render import Section, write_html, write_markdown
 from reports.tables import fastest, hybrid_vs_parts, memory_by_kind, results_table, with_scaling, with_verification
+from reports.traces import write_timeline_trace
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ def build_report(results: Results, out: Path) -> list[Path]:
         columns = [c for c in ("strategy", "model", "devices", "max_param_diff", "max_loss_diff", "passed")
                    if c in results.verify.columns]
         sections.append(Section("Verification against single", [], [results.verify[columns]]))
+    sections.append(_traces(results, out))
     sections.append(_fidelity(results.fidelity))
     sections.append(_not_run(results))
     sections.append(_environment(results))
@@ -90,6 +93,28 @@ def _emulation_note(emulated: bool) -> list[str]:
     """The mark every table of emulated figures carries, as the figures do."""
     return ["EMULATED: rows marked `emulated` ran several stand-in devices on shared CPU cores; they show "
             "correctness and overheads, not GPU speed-ups."] if emulated else []
+
+
+def _traces(results: Results, out: Path) -> Section:
+    """Links to the traces: each pipeline run's timeline (written here) and the runs' --profile traces."""
+    rows = []
+    for record in (r for r in results.records if r.get("kind", "run") == "run"):
+        fields = record.get("strategy_fields") or {}
+        label = variant(record) + f" {record.get('model')} x{record.get('device_count')}"
+        if record.get("status") == "ok" and fields.get("timeline"):
+            repeat = (record.get("config") or {}).get("repeat") or 0
+            path = write_timeline_trace(fields["timeline"], out / "traces" / f"{file_name(label)}_{repeat}.trace.json")
+            rows.append({"run": label, "trace": str(path.relative_to(out)), "what": "pipeline timeline"})
+        for trace in record.get("profile_traces") or []:
+            rows.append({"run": label, "trace": trace, "what": "torch.profiler, last timed steps"})
+    if not rows:
+        return Section("Traces", ["No pipeline timelines or profiler traces among the records (`bench run --profile "
+                                  "DIR` or `bench sweep --profile DIR` writes the latter)."])
+    return Section("Traces", [
+        "Chrome trace-event files: open them in Perfetto (https://ui.perfetto.dev, Open trace file) or TensorBoard. "
+        "A pipeline timeline has one track per rank and stage, each span named by kind and micro-batch (F3: the "
+        "forward of micro-batch 3); profiled runs are left out of the comparisons above."],
+        [pd.DataFrame(rows).drop_duplicates()])
 
 
 def _present(paths: list[Path | None]) -> list[Path]:

@@ -53,6 +53,7 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "config_key": json.dumps({k: v for k, v in sorted(config.items()) if k not in ("out", "repeat")}),
         "repeat": config.get("repeat") or 0,
         "disturbed": bool(record.get("disturbed")),
+        "profiled": bool(record.get("profile_traces")),
         "precision": record.get("precision") or config.get("precision") or "",
         "model": record["model"],
         "preset": record["preset"],
@@ -104,10 +105,10 @@ def load(paths: list[Path]) -> Results:
     records, bad = [], []
     for path in paths:
         if path.suffix == ".json":
-            records += _benchmark_json(path)
+            records += _checked(path, _benchmark_json(path))
             continue
         good, broken = read_records(path)
-        records += good
+        records += _checked(path, good)
         bad += [(path, b) for b in broken]
     runs = [run_row(r) for r in records if r.get("kind", "run") == "run" and r["status"] == "ok"]
     failures = [
@@ -121,6 +122,32 @@ def load(paths: list[Path]) -> Results:
         # A rerun of `bench fidelity` into the same file supersedes its earlier figures from the same machine.
         fidelity = fidelity.drop_duplicates(subset=["name", "model", "machine"], keep="last").reset_index(drop=True)
     return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity)
+
+
+REQUIRED = {
+    "run": ("status", "strategy", "model", "preset", "accelerator", "device_count", "config"),
+    "run ok": ("global_batch_size", "samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "peak_mem_bytes",
+               "peak_mem_source", "emulated"),
+    "verify": ("strategy", "model", "devices", "passed"),
+    "fidelity": ("status", "comparison", "name", "model", "preset", "target", "accelerator", "emulated"),
+}
+"""The fields the report reads of each kind of record: a record without them is foreign or truncated."""
+
+
+def _checked(path: Path, records: list[dict[str, object]]) -> list[dict[str, object]]:
+    """``records`` as they are, once each has what the report reads; else RecordError naming the first gap."""
+    for number, record in enumerate(records, start=1):
+        kind = record.get("kind", "run")
+        if kind not in ("run", "verify", "fidelity"):
+            raise RecordError(f"{path}: record {number} is of kind {kind!r}; this report reads run, verify and "
+                              "fidelity records")
+        wanted = [*REQUIRED[str(kind)], *(REQUIRED["run ok"] if kind == "run" and record.get("status") == "ok"
+                                          else ())]
+        missing = [name for name in wanted if name not in record]
+        if missing or (kind == "run" and not isinstance(record["config"], dict)):
+            raise RecordError(f"{path}: record {number} ({kind}) lacks {', '.join(missing) or 'a config object'}; "
+                              "written by another tool, or truncated? Pass only files the suite wrote")
+    return records
 
 
 def fidelity_row(record: dict[str, object]) -> dict[str, object]:
@@ -170,6 +197,7 @@ def _benchmark_json(path: Path) -> list[dict[str, object]]:
     """Run records carried in a pytest-benchmark JSON file (``extra_info['record']`` of each benchmark)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RecordError(f"cannot read benchmark JSON {path}: {exc}") from None
-    return [b["extra_info"]["record"] for b in data.get("benchmarks", []) if "record" in b.get("extra_info", {})]
+        benchmarks = data.get("benchmarks", []) if isinstance(data, dict) else None
+        return [b["extra_info"]["record"] for b in benchmarks if "record" in (b.get("extra_info") or {})]
+    except (OSError, json.JSONDecodeError, TypeError, AttributeError, KeyError) as exc:
+        raise RecordError(f"cannot read benchmark JSON {path}: {type(exc).__name__}: {exc}") from None

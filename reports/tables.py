@@ -16,6 +16,11 @@ BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
 """What a run shares with the ``single`` run it is compared with: model and size, global batch, arithmetic."""
 
 
+def _left_out(runs: pd.DataFrame) -> pd.Series:
+    """Runs whose timings are not the strategy's alone: disturbed by other work, or profiled."""
+    return runs["disturbed"] | runs["profiled"]
+
+
 def combine(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration from its repeats: the median over the undisturbed ones (over all of them,
     marked, when every repeat was disturbed), and the bootstrap interval of that median."""
@@ -23,7 +28,7 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
         return runs
     rows = []
     for _, group in runs.groupby("config_key", sort=False):
-        quiet = group[~group["disturbed"]]
+        quiet = group[~_left_out(group)]
         used = quiet if not quiet.empty else group
         row = used.iloc[0].to_dict()
         throughput = list(used["samples_per_s"])
@@ -32,7 +37,7 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
             samples_per_s=statistics.median(throughput),
             step_time_ms=statistics.median(used["step_time_ms"]),
             repeats=len(used),
-            disturbed_runs=int(group["disturbed"].sum()),
+            disturbed_runs=int(_left_out(group).sum()),
             all_disturbed=quiet.empty,
             peak_mem_mib_per_device=used["peak_mem_mib_per_device"].max(),
         )
@@ -52,7 +57,7 @@ def with_scaling(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     combined = combine(runs)
     if combined.empty:
         return combined, combined
-    quiet = runs[~runs["disturbed"]]
+    quiet = runs[~_left_out(runs)]
     single = quiet[(quiet["strategy"] == "single") & (quiet["devices"] == 1)]
     baseline = combine(single)
     speedups = [_speedup(row, quiet, single, baseline) for row in combined.to_dict("records")]
@@ -94,10 +99,19 @@ def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
         passed = row.get("passed")
         if passed is None or (isinstance(passed, float) and math.isnan(passed)):
             continue  # skipped: no verdict
-        key = (row["strategy"], row["model"], *(row.get(c) for c in CLASS))
+        key = _class_key(row)
         ok = bool(passed) and verdicts.get(key, VERIFIED) == VERIFIED
         verdicts[key] = VERIFIED if ok else WRONG
     return runs.assign(verified=[_verified(row, verdicts) for row in runs.to_dict("records")])
+
+
+NORMALISED = {"cnn"}
+"""The model families with normalisation layers: only there does ``--norm`` change what a run computes."""
+
+
+def _class_key(row: dict) -> tuple:
+    return (row["strategy"], row["model"],
+            *(None if c == "norm" and row["model"] not in NORMALISED else row.get(c) for c in CLASS))
 
 
 def _verified(row: dict, verdicts: dict[tuple, str]) -> str:
@@ -105,10 +119,10 @@ def _verified(row: dict, verdicts: dict[tuple, str]) -> str:
         return VERIFIED
     if row["strategy"] == "dp" and row["accelerator"] != "cuda":
         return "not checked: pass-through on CPU"
-    verdict = verdicts.get((row["strategy"], row["model"], *(row.get(c) for c in CLASS)))
+    verdict = verdicts.get(_class_key(row))
     if verdict is not None:
         return verdict
-    splits = row["strategy"] in SPLITS_THE_BATCH or (row.get("microbatches") or 1) > 1
+    splits = (row["strategy"] in SPLITS_THE_BATCH and row["devices"] > 1) or (row.get("microbatches") or 1) > 1
     if row.get("norm") == "batch" and splits and row["model"] == "cnn":
         return "not exact: batch-split BatchNorm"
     return NOT_VERIFIED

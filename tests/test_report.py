@@ -143,3 +143,41 @@ def test_verified_means_the_class_verify_checked_and_says_why_otherwise(tmp_path
     assert runs.loc["dp", "verified"] == "not checked: pass-through on CPU"
     assert runs.loc["pp (gpipe, m=8)", "verified"] == "not verified"  # verify checked m=4, not 8
     assert runs.loc["mp (m=1)", "verified"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("content", "suffix", "message"),
+    [
+        ('{"record_version": %d, "status": "ok", "strategy": "ddp"}\n', ".jsonl",
+         "record 1 (run) lacks model, preset, accelerator, device_count, config"),
+        ('{"record_version": %d, "kind": "bench-of-another-tool"}\n', ".jsonl",
+         "record 1 is of kind 'bench-of-another-tool'"),
+        ('{"benchmarks": [1, 2]}', ".json", "cannot read benchmark JSON"),
+        ("[]", ".json", "cannot read benchmark JSON"),
+    ],
+)
+def test_a_foreign_or_malformed_results_file_is_one_line_and_exit_2(
+    content: str, suffix: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.records import RECORD_VERSION
+    from tests.helpers.cli import run_in_process
+
+    path = tmp_path / f"foreign{suffix}"
+    path.write_text(content % RECORD_VERSION if "%d" in content else content)
+    code, err = run_in_process(capsys, "report", str(path), "--out", str(tmp_path / "r"))
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_output_path_that_is_a_file_is_refused_before_anything_is_read(
+    results_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.helpers.cli import run_in_process
+
+    blocker = tmp_path / "report.txt"
+    blocker.write_text("keep me")
+    code, err = run_in_process(capsys, "report", str(results_file), "--out", str(blocker))
+    assert code == 2 and err.count("\n") == 1 and "a file, not a folder" in err
+    assert blocker.read_text() == "keep me"
+    code, err = run_in_process(capsys, "report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r"))
+    assert code == 2 and "no such results file" in err

@@ -21,7 +21,7 @@ RECORD_FIELDS = {
     "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
     "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env", "deterministic",
     "restart_count", "precision", "peak_flops_source", "skipped_steps", "memory_by_kind", "memory_by_kind_source",
-    "disturbed", "disturbed_reason", "machine_load",
+    "disturbed", "disturbed_reason", "machine_load", "profile_traces",
 }
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",

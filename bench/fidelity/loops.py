@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 from bench.baselines.plain_ddp import plain_ddp_step_times
 from bench.baselines.plain_loop import plain_step_times
 from bench.config import RunConfig, resolve
-from bench.fidelity.results import Setup, alternate, figure_text
+from bench.fidelity.results import FigureAndLine, Setup, alternate, figure_text
 from bench.launch import threads_per_process
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(FigureAndLine):
     """One side-by-side measurement: the suite's median step time over the baseline's."""
 
     comparison: str
@@ -55,13 +55,6 @@ class Comparison:
     @property
     def met(self) -> bool:
         return abs(self.ratio - 1) <= self.tolerance
-
-    @property
-    def figure(self) -> str:
-        return self._figure()
-
-    def line(self) -> str:
-        return f"{self.name}: {self._figure(self.target)}"
 
     def _figure(self, target: str | None = None) -> str:
         detail = f"suite {self.suite_ms:.2f} ms, baseline {self.baseline_ms:.2f} ms per step"

@@ -18,7 +18,7 @@ import torch
 import torch.multiprocessing as mp
 
 from bench.config import RunConfig, resolve
-from bench.fidelity.results import Setup, alternate, figure_text
+from bench.fidelity.results import FigureAndLine, Setup, alternate, figure_text
 from bench.launch import threads_per_process
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
@@ -47,7 +47,7 @@ negligible there, which is where pipelines are run; with fewer micro-batches it 
 
 
 @dataclass(frozen=True)
-class PipelineSpeedup:
+class PipelineSpeedup(FigureAndLine):
     """pp's median step time against mp's on the same stages and micro-batches."""
 
     name: str
@@ -77,13 +77,6 @@ class PipelineSpeedup:
     def met(self) -> bool | None:
         return None if self.target_share is None else self.share >= self.target_share
 
-    @property
-    def figure(self) -> str:
-        return self._figure()
-
-    def line(self) -> str:
-        return f"{self.name}: {self._figure(self.target)}"
-
     def _figure(self, target: str | None = None) -> str:
         headline = f"speed-up {self.speedup:.2f} = {self.share:.0%} of the ideal {self.ideal:.2f}"
         return figure_text(headline, f"pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step", target)
@@ -106,7 +99,7 @@ class PipelineRound:
 
 
 @dataclass(frozen=True)
-class BubbleCheck:
+class BubbleCheck(FigureAndLine):
     """pp's measured bubble fraction (median over rounds) against its schedule's theoretical one."""
 
     name: str

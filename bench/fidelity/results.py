@@ -66,6 +66,27 @@ class FidelityResult(Protocol):
         ...
 
 
+class FigureAndLine:
+    """A result's two texts from its one ``_figure``: the report's ``figure``, and the printed ``line``
+    (which adds the name and the target), so that the two cannot drift apart."""
+
+    name: str
+
+    @property
+    def target(self) -> str:
+        raise NotImplementedError
+
+    def _figure(self, target: str | None = None) -> str:
+        raise NotImplementedError
+
+    @property
+    def figure(self) -> str:
+        return self._figure()
+
+    def line(self) -> str:
+        return f"{self.name}: {self._figure(self.target)}"
+
+
 def figure_text(headline: str, detail: str, target: str | None = None) -> str:
     """``headline (detail)``, or ``headline (detail; target T)`` for the printed line: one text for both."""
     return f"{headline} ({detail}; target {target})" if target is not None else f"{headline} ({detail})"
