@@ -36,6 +36,16 @@ def _machine_busy_s() -> float | None:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cores() -> int:
+    """The cores whose busy time ``/proc/stat``'s first line adds up (in a container, the host's), so that
+    the share is taken over the same cores; ``os.cpu_count()`` where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            return sum(1 for line in stat if line[:3] == "cpu" and line[3:4].isdigit()) or (os.cpu_count() or 1)
+    except OSError:
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Snapshot:
     wall_s: float

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.config import RunConfig
 from bench.devices import peak_flops_per_s
-from bench.disturbance import gpu_tenants, judge
+from bench.disturbance import gpu_tenants, judge, machine_cores
 from bench.runner import RunResult, global_losses, step_times_ms
 from strategies.devices import is_emulated
 
@@ -148,7 +148,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         "mfu": achieved / (peak * topo.device_count) if achieved and peak else None,
         "strategy_fields": result.strategy_fields,
         "deterministic": config.deterministic,
-        **_machine_account(result, cores),
+        **_machine_account(result),
         # torchrun counts its restarts; each worker of the final attempt sees the count.
         "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         "env": env,
@@ -163,12 +163,12 @@ def _memory_by_kind(result: RunResult) -> dict[str, object]:
             "memory_by_kind_source": "torch MemTracker, first warm-up step" if tracked else "; ".join(errors) or None}
 
 
-def _machine_account(result: RunResult, cores: int) -> dict[str, object]:
+def _machine_account(result: RunResult) -> dict[str, object]:
     """``disturbed`` and its reason, and what the ranks saw of the machine (bench/disturbance.py)."""
     loads = [r.load for r in result.ranks if r.load is not None]
     cuda = result.topology.devices[0].type == "cuda"
     tenants = gpu_tenants({r.pid for r in result.ranks}) if cuda else 0
-    return judge(loads, cores, tenants).record_fields(loads)
+    return judge(loads, machine_cores(), tenants).record_fields(loads)
 
 
 def failure_record(
