@@ -17,6 +17,7 @@ from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_re
 from bench.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load
+from tests.helpers.cli import run_bench
 from tests.helpers.records import FAILED
 
 CPU2 = Setup("mlp", "small", 2, "cpu", 64)
@@ -217,3 +218,39 @@ def test_the_command_prints_each_result_and_appends_its_record(
     assert [r["comparison"] for r in records] == ["single-vs-plain-loop", "ddp-vs-plain-ddp", "pp-vs-mp", "pp-bubble"]
     assert [r["met"] for r in records] == [True, True, True, False]
     assert all(r["rounds"] == 2 and r["env"]["hostname"] for r in records)
+
+
+COMMON_FIELDS = {"record_version", "kind", "status", "timestamp", "comparison", "name", "target", "met", "figure",
+                 "model", "preset", "device_count", "accelerator", "global_batch_size", "emulated", "rounds",
+                 "steps_per_round", "warmup_steps", "env"}
+FIGURE_FIELDS = {
+    "single-vs-plain-loop": {"ratio", "suite_ms", "baseline_ms"},
+    "ddp-vs-plain-ddp": {"ratio", "suite_ms", "baseline_ms"},
+    "pp-vs-mp": {"speedup", "ideal_speedup", "share_of_ideal", "suite_ms", "baseline_ms", "microbatches",
+                 "mp_threads"},
+    "pp-bubble": {"measured_bubble_fraction", "theoretical_bubble_fraction", "bubble_difference", "microbatches",
+                  "schedule", "suite_ms"},
+}
+
+
+@pytest.mark.distributed
+def test_the_real_comparisons_run_once_on_a_tiny_model_and_fill_every_field(tmp_path: Path) -> None:
+    # Nothing faked: the suite's strategies against the hand-written loops, 1 round, the tiny mlp.
+    out = tmp_path / "fid.jsonl"
+    proc = run_bench("fidelity", "--model", "mlp", "--preset", "tiny", "--rounds", "1", "--steps", "2",
+                     "--warmup", "1", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records, bad = read_records(out)
+    assert bad == [] and [r["comparison"] for r in records] == [
+        "single-vs-plain-loop", "ddp-vs-plain-ddp", "pp-vs-mp", "pp-vs-mp", "pp-vs-mp", "pp-vs-mp", "pp-bubble"]
+    for record in records:
+        assert set(record) == COMMON_FIELDS | FIGURE_FIELDS[record["comparison"]], record["comparison"]
+        assert record["kind"] == "fidelity" and record["status"] == "ok" and record["rounds"] == 1
+        assert record["model"] == "mlp" and record["accelerator"] == "cpu"
+        assert record["met"] in (True, False, None) and record["figure"].split(" (")[0] in proc.stdout
+        assert record["emulated"] is (record["device_count"] > 1)
+        assert all(record[f] > 0 for f in ("suite_ms", "global_batch_size"))
+    ratios = [r["ratio"] for r in records if "ratio" in r]
+    assert all(0.2 < ratio < 5 for ratio in ratios)  # both sides timed the same work
+    bubble = records[-1]
+    assert 0 <= bubble["measured_bubble_fraction"] < 1 and bubble["theoretical_bubble_fraction"] == pytest.approx(1 / 9)

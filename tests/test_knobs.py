@@ -4,7 +4,9 @@
     --activation-checkpointing  bit-identical (single)              the recomputed forward is the same forward
     --channels-last             fp32 tolerance (RTOL, ATOL)         NHWC convolutions sum in another order
     --compile                   fp32 tolerance                      inductor fuses and reorders the arithmetic
-    --precision bf16            BF16_RTOL on the losses             8-bit mantissa in the forward's matmuls
+    --precision bf16            BF16_RTOL on the losses, and        8-bit mantissa in the forward's matmuls
+                                BF16_UPDATE_RTOL on the update
+                                against single in bf16
     --precision fp16            FP16_RTOL on the first loss         10-bit mantissa; then the scaler skips
                                                                     steps while it finds its scale
 
@@ -24,13 +26,17 @@ import torch
 from bench.cli import main
 from bench.config import RunConfig, resolve
 from bench.runner import global_losses, train
-from tests.helpers.equivalence import assert_matches_reference
+from tests.helpers.equivalence import assert_matches_reference, initial_state, update_error
 from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 # Stated tolerances for the lossy precisions, over a few steps at the tiny presets: relative
 # difference of each step's loss from the fp32 run's (bf16 keeps 8 mantissa bits, fp16 10).
 BF16_RTOL = 5e-2
 FP16_RTOL = 1e-2
+# A strategy in bf16 against single in bf16: the parameter update after the steps (final - initial) within
+# this relative distance of single's (tests/helpers/equivalence.py: update_error). Measured here over 3 steps
+# at the tiny presets: mlp mp 0.14%, cnn mp 12%; a run with lr ~ 0 or doubled gradients is 100% or more off.
+BF16_UPDATE_RTOL = 0.3
 
 
 def trained(config: RunConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
@@ -81,6 +87,27 @@ def test_bf16_stays_within_its_stated_tolerance_of_fp32(strategy: str, devices: 
     assert all(v.dtype == torch.float32 for v in state.values() if v.is_floating_point())  # fp32 master weights
 
 
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_mp_in_bf16_updates_the_parameters_as_single_in_bf16_does(model: str, tmp_path: Path) -> None:
+    config = base(tmp_path, model=model, norm="group", precision="bf16", batch_size=8)
+    expected_losses, expected = trained(config)
+    losses, state = trained(dataclasses.replace(config, strategy="mp", devices=2, microbatches=2))
+    assert_losses_close(losses, expected_losses, BF16_RTOL)
+    assert update_error(state, expected, initial_state(resolve(config))) < BF16_UPDATE_RTOL
+
+
+@pytest.mark.parametrize(("broken", "changes"), [("lr ~ 0", {"lr": 1e-9}), ("doubled gradients", {"lr": 0.02})])
+def test_the_bf16_check_fails_a_run_with_lr_near_zero_or_doubled_gradients(
+    broken: str, changes: dict, tmp_path: Path
+) -> None:
+    # SGD with momentum: doubling every gradient doubles every update, exactly as doubling lr (0.01) does.
+    config = base(tmp_path, model="mlp", precision="bf16", batch_size=8)
+    expected_losses, expected = trained(config)
+    losses, state = trained(dataclasses.replace(config, **changes))
+    assert_losses_close(losses, expected_losses, BF16_RTOL)  # the losses alone do not see it ...
+    assert update_error(state, expected, initial_state(resolve(config))) > BF16_UPDATE_RTOL, broken  # the update does
+
+
 @pytest.mark.parametrize(("strategy", "devices"), [("single", 1), ("mp", 2)])
 def test_fp16_scales_the_loss_records_skipped_steps_and_keeps_fp32_weights(
     strategy: str, devices: int, tmp_path: Path
@@ -100,7 +127,7 @@ def test_fp16_scales_the_loss_records_skipped_steps_and_keeps_fp32_weights(
 @pytest.mark.distributed
 def test_ddp_and_pp_in_bf16_match_single_in_bf16_and_checkpointed_pp_stages_match_exactly(tmp_path: Path) -> None:
     config = base(tmp_path, model="mlp", precision="bf16", batch_size=8)
-    expected_losses, _ = trained(config)
+    expected_losses, expected = trained(config)
     fp32 = dataclasses.replace(config, precision="fp32")
     fp32_expected = trained(fp32)
     ddp = resolve(dataclasses.replace(config, strategy="ddp", devices=2))
@@ -108,8 +135,10 @@ def test_ddp_and_pp_in_bf16_match_single_in_bf16_and_checkpointed_pp_stages_matc
     checkpointed = resolve(dataclasses.replace(fp32, strategy="pp", devices=2, microbatches=2,
                                                activation_checkpointing=True))
     *bf16_runs, checkpointed_run = run_ranks_sequence([ddp, pp, checkpointed], 2, tmp_path)
+    initial = initial_state(resolve(config))
     for results in bf16_runs:
         assert_losses_close(global_losses(results[0].ranks), expected_losses, BF16_RTOL)
+        assert update_error(merged_state(results), expected, initial) < BF16_UPDATE_RTOL
     assert_matches_reference(global_losses(checkpointed_run[0].ranks), merged_state(checkpointed_run), fp32_expected)
 
 

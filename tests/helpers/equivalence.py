@@ -6,10 +6,11 @@ import dataclasses
 
 import torch
 
+import models
 from bench.config import ATOL, RTOL, RunConfig, resolve, unread_groups_reset
 from bench.runner import global_losses, train
 
-__all__ = ["ATOL", "RTOL", "assert_matches_reference", "reference"]
+__all__ = ["ATOL", "RTOL", "assert_matches_reference", "initial_state", "reference", "update_error"]
 
 
 def reference(config: RunConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
@@ -32,3 +33,23 @@ def assert_matches_reference(
         if value.is_floating_point():
             worst = max(worst, (state[name] - value).abs().max().item())
     return worst
+
+
+def initial_state(config: RunConfig) -> dict[str, torch.Tensor]:
+    """The weights every strategy starts ``config`` from (the seed's, as the runner builds them)."""
+    torch.manual_seed(config.seed)
+    blocks = models.build_model(config.model, config.preset, config.norm).blocks
+    return {k: v.detach().clone() for k, v in blocks.state_dict().items()}
+
+
+def update_error(state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor],
+                 initial: dict[str, torch.Tensor]) -> float:
+    """How far a run's parameter update (final - initial) is from the reference's, relative to the
+    reference's: ||u - u_ref|| / ||u_ref|| over every floating-point parameter.
+
+    Losses alone cannot catch a wrong update: a run with lr ~ 0 or doubled gradients stays within a
+    few percent of the reference's losses over a few steps, but its update is off by about 100%."""
+    keys = [k for k, v in reference.items() if v.is_floating_point()]
+    diff = sum(((state[k] - initial[k]) - (reference[k] - initial[k])).double().pow(2).sum() for k in keys)
+    size = sum((reference[k] - initial[k]).double().pow(2).sum() for k in keys)
+    return float((diff / size).sqrt())
