@@ -58,7 +58,8 @@ def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> 
         counts[_run_once(sweep, run, out)] += 1
     # A run the machine's other work disturbed is kept (marked) but left out of the comparisons;
     # once all rounds are done, each gets one more try on a quieter machine.
-    again = [run for run in todo if _disturbed(out, run_key(run.config.as_dict()))]
+    disturbed = _disturbed_keys(out)
+    again = [run for run in todo if run_key(run.config.as_dict()) in disturbed]
     for run in tqdm(again, desc="re-run disturbed", unit="run", file=sys.stderr, dynamic_ncols=True):
         log.warning("%s: disturbed by other work on the machine; running it once more", run.label)
         _run_once(sweep, run, out)
@@ -80,10 +81,10 @@ def _run_once(sweep: SweepConfig, run: PlannedRun, out: Path) -> str:
     return ended.status
 
 
-def _disturbed(out: Path, key: str) -> bool:
-    """True when the newest row of ``key`` is a run that other work on the machine disturbed."""
-    rows = [r for r in read_records(out)[0] if isinstance(r.get("config"), dict) and run_key(r["config"]) == key]
-    return bool(rows) and bool(rows[-1].get("disturbed"))
+def _disturbed_keys(out: Path) -> set[str]:
+    """The configurations whose newest row is a run that other work on the machine disturbed (one read)."""
+    newest = {run_key(r["config"]): r for r in read_records(out)[0] if isinstance(r.get("config"), dict)}
+    return {key for key, row in newest.items() if row.get("disturbed")}
 
 
 def _rows_for(out: Path, key: str) -> int:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from bench.labels import file_name
 from reports import figures
-from reports.load import Results, load, variant
+from reports.load import Results, load, run_label
 from reports.render import Section, write_html, write_markdown
 from reports.tables import fastest, hybrid_vs_parts, memory_by_kind, results_table, with_scaling, with_verification
 from reports.traces import write_timeline_trace
@@ -100,10 +100,11 @@ def _traces(results: Results, out: Path) -> Section:
     rows = []
     for record in (r for r in results.records if r.get("kind", "run") == "run"):
         fields = record.get("strategy_fields") or {}
-        label = variant(record) + f" {record.get('model')} x{record.get('device_count')}"
-        if record.get("status") == "ok" and fields.get("timeline"):
-            repeat = (record.get("config") or {}).get("repeat") or 0
-            path = write_timeline_trace(fields["timeline"], out / "traces" / f"{file_name(label)}_{repeat}.trace.json")
+        if not (record.get("status") == "ok" and (fields.get("timeline") or record.get("profile_traces"))):
+            continue
+        label = run_label(record)
+        if fields.get("timeline"):
+            path = write_timeline_trace(fields["timeline"], out / "traces" / f"{file_name(label)}.trace.json")
             rows.append({"run": label, "trace": str(path.relative_to(out)), "what": "pipeline timeline"})
         for trace in record.get("profile_traces") or []:
             rows.append({"run": label, "trace": trace, "what": "torch.profiler, last timed steps"})

@@ -39,6 +39,12 @@ def variant(record: dict[str, object]) -> str:
     return labels.variant({**(record.get("config") or {}), "strategy": record["strategy"]})
 
 
+def run_label(record: dict[str, object]) -> str:
+    """The sweep's label of the run a record holds: ``pp (gpipe, m=4) mlp x2 b64 #1``."""
+    return labels.run_label({**(record.get("config") or {}), "strategy": record["strategy"], "model": record["model"],
+                             "devices": record["device_count"], "batch_size": record["global_batch_size"]})
+
+
 def run_row(record: dict[str, object]) -> dict[str, object]:
     config = record["config"]
     median, iqr, batch = record["step_time_ms_median"], record["step_time_ms_iqr"], record["global_batch_size"]

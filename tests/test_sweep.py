@@ -120,3 +120,15 @@ def test_sweep_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_only_configurations_whose_newest_row_is_disturbed_are_run_again(tmp_path: Path) -> None:
+    import json
+
+    from bench.records import RECORD_VERSION
+    from bench.sweep import _disturbed_keys
+
+    out = tmp_path / "s.jsonl"
+    rows = [({"strategy": "ddp"}, True), ({"strategy": "ddp"}, False), ({"strategy": "mp"}, True)]
+    out.write_text("".join(json.dumps({"record_version": RECORD_VERSION, "config": c, "disturbed": d}) + "\n" for c, d in rows))
+    assert _disturbed_keys(out) == {run_key({"strategy": "mp"})}
