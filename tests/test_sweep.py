@@ -130,5 +130,6 @@ def test_only_configurations_whose_newest_row_is_disturbed_are_run_again(tmp_pat
 
     out = tmp_path / "s.jsonl"
     rows = [({"strategy": "ddp"}, True), ({"strategy": "ddp"}, False), ({"strategy": "mp"}, True)]
-    out.write_text("".join(json.dumps({"record_version": RECORD_VERSION, "config": c, "disturbed": d}) + "\n" for c, d in rows))
+    lines = [json.dumps({"record_version": RECORD_VERSION, "config": c, "disturbed": d}) for c, d in rows]
+    out.write_text("\n".join(lines) + "\n")
     assert _disturbed_keys(out) == {run_key({"strategy": "mp"})}
