@@ -11,7 +11,15 @@ from bench.labels import file_name
 from reports import figures
 from reports.load import Results, load, run_label
 from reports.render import Section, write_html, write_markdown
-from reports.tables import fastest, hybrid_vs_parts, memory_by_kind, results_table, with_scaling, with_verification
+from reports.tables import (
+    bubble_table,
+    fastest,
+    hybrid_vs_parts,
+    memory_by_kind,
+    results_table,
+    with_scaling,
+    with_verification,
+)
 from reports.traces import write_timeline_trace
 
 log = logging.getLogger(__name__)
@@ -72,8 +80,13 @@ def build_report(results: Results, out: Path) -> list[Path]:
         pipeline = _present([figures.bubbles(runs, out), _timeline(results, out)])
         if pipeline:
             sections.append(Section("Pipelines", [
-                "Bubble: the fraction of a step a stage sits idle. Theoretical: (p-1)/(m+p-1) for GPipe and 1F1B, "
-                "divided by v for interleaved schedules."], [], pipeline))
+                "Bubble: the fraction of the schedule's time a stage sits idle (waiting, transfers, Python). "
+                "Theoretical: the schedule's own order (torch's action table for each rank) replayed with equal "
+                "stages, a backward twice a forward (its input and weight halves one each) and free "
+                "communication; this is (p-1)/(m+p-1) for GPipe and 1F1B and that divided by v for interleaved "
+                "schedules when m is a multiple of p, and exact where those formulas are not. The update "
+                "(dividing the gradients by m, the optimizer step) is not counted as idle: `update_fraction` is "
+                "its own share of the step."], [bubble_table(runs)], pipeline))
     if not results.verify.empty:
         columns = [c for c in ("strategy", "model", "devices", "max_param_diff", "max_loss_diff", "passed")
                    if c in results.verify.columns]
@@ -159,7 +172,8 @@ FIDELITY_EXPLAINED = {
     "share of the ideal p·m/(m+p-1); the row with mp on one pp rank's threads is held to the target, the one with "
     "mp on all the cores says whether pipelining beats intra-op threads.",
     "pp-bubble": "pp bubble: the measured idle fraction of a pipeline step (which also counts transfers and "
-    "Python overhead) against the schedule's theoretical (p-1)/(m+p-1), for m >= 4p micro-batches.",
+    "Python overhead) against the schedule's simulated theoretical bubble (equal stages, free transfers), for m >= 4p "
+    "micro-batches.",
 }
 FIDELITY_HINT = (
     "No fidelity records were given. Run `python -m bench fidelity --out results/fidelity.jsonl`, then pass "

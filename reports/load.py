@@ -85,6 +85,7 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "norm": config.get("norm"),
         "bubble_measured": fields.get("measured_bubble_fraction"),
         "bubble_theoretical": fields.get("theoretical_bubble_fraction"),
+        "update_fraction": fields.get("update_fraction"),
         "stage_imbalance": fields.get("stage_imbalance"),
         "stages_per_rank": config.get("stages_per_rank", 1),
         "dp": fields.get("dp"),

@@ -211,3 +211,16 @@ def memory_by_kind(runs: pd.DataFrame) -> pd.DataFrame:
     tracked = runs.dropna(subset=["mem_total_mib"]).sort_values(["panel", "devices", "variant"])
     names = {c: c.removeprefix("mem_").removesuffix("_mib").replace("_", " ") for c in columns}
     return tracked[["panel", "devices", "variant", *columns, "emulated"]].rename(columns=names).round(3)
+
+
+def bubble_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per pipeline configuration: the theoretical and measured bubble and the update's share, medians
+    over the undisturbed repeats."""
+    data = runs.dropna(subset=["bubble_measured"])
+    if data.empty:
+        return data
+    data = data[~_left_out(data)] if not _left_out(data).all() else data
+    keys = ["panel", "strategy", "schedule", "devices", "stages_per_rank", "microbatches"]
+    table = data.groupby(keys, dropna=False, sort=True)[
+        ["bubble_theoretical", "bubble_measured", "update_fraction"]].median().reset_index()
+    return table.rename(columns={"stages_per_rank": "v", "microbatches": "m"}).round(3)

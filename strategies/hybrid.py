@@ -52,6 +52,7 @@ from strategies.pipeline import (
     pipeline_rank_fields,
     pipeline_record_fields,
     run_schedule,
+    scale_gradients,
 )
 from strategies.shards import check_divisible, shard_range
 from strategies.timing import timed_step
@@ -155,9 +156,12 @@ class HybridStrategy(Strategy):
         with timed_step(model.timer, model.log, [model.device]) as clock:
             optimizer.zero_grad(set_to_none=True)
             loss = run_schedule(model, inputs, targets)
+            with clock.update():
+                scale_gradients(model, self.split.microbatches)
             # The bubble figures are pp's own: of the pipeline's time, the reduction left out.
             clock.excluded_ms = model.averager.reduce([model.device])
-            self.precision.step(optimizer)
+            with clock.update():
+                self.precision.step(optimizer)
         if timing:
             model.averager.reduce_ms.append(clock.excluded_ms)
         return loss

@@ -157,11 +157,12 @@ class ModelParallelStrategy(Strategy):
         optimizer: torch.optim.Optimizer,
     ) -> torch.Tensor:
         assert isinstance(model, ModelParallel)
-        with timed_step(model.timer, model.log, model.devices):
+        with timed_step(model.timer, model.log, model.devices) as clock:
             optimizer.zero_grad(set_to_none=True)
             loss = pipelined_step(model, inputs, targets, loss_fn, self.split.microbatches, model.timer,
                                   self.precision)
-            self.precision.step(optimizer)
+            with clock.update():
+                self.precision.step(optimizer)
         return loss
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:

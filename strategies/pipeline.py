@@ -12,8 +12,9 @@ stay the very modules the single-device reference trains.
 Point-to-point goes over gloo on the CPU and nccl on CUDA (gloo cannot send CUDA tensors).
 
 Loss scaling: the schedule calls the loss function on each micro-batch (a mean over its B/M
-samples), runs each micro-batch's backward on that loss unscaled, and with ``scale_grads=True``
-divides the accumulated gradients by M after the last backward. So the gradient is
+samples) and runs each micro-batch's backward on that loss unscaled; ``scale_gradients`` then
+divides the accumulated gradients by M, as the schedule's own ``scale_grads=True`` would, but
+outside ``schedule.step`` so that the bubble does not count it as idle. So the gradient is
 (1/M) * sum_i mean_i grad = (1/B) * sum_samples grad: the single device's mean-loss gradient,
 exactly when the M micro-batches are equal (validated), up to fp32 rounding. The loss we report
 is likewise the mean of the M micro-batch losses, the batch's mean loss, on the rank that holds
@@ -31,6 +32,7 @@ from torch import nn
 from torch.torch_version import TorchVersion
 
 from models.spec import ModelSpec
+from strategies.action_tables import theoretical_bubble
 from strategies.base import Launch, Strategy, Topology
 from strategies.devices import peak_memory
 from strategies.distributed import backend, default_backend, gather_objects
@@ -45,7 +47,6 @@ from strategies.schedules import (
     check_schedule,
     schedule_info,
     stages_of_rank,
-    theoretical_bubble,
 )
 from strategies.stages import check_split, stage_balance
 from strategies.timing import RankTiming, StepLog, StepTimer, pipeline_fields, timed_step
@@ -168,7 +169,7 @@ def build_pipeline(
     import torch.distributed.pipelining as pipelining
 
     schedule = getattr(pipelining, info.torch_class)(
-        stages if info.multi_stage else stages[0], split.microbatches, loss_fn=spec.loss_fn, scale_grads=True
+        stages if info.multi_stage else stages[0], split.microbatches, loss_fn=spec.loss_fn, scale_grads=False
     )
     block_ids = [list(range(starts[s], starts[s] + balance[s])) for s in mine]
     return PipelinePart(modules, block_ids, mine, balance, schedule, timer, StepLog(run.warmup), device)
@@ -184,6 +185,14 @@ def run_schedule(part: PipelinePart, inputs: torch.Tensor, targets: torch.Tensor
     part.schedule.step(*args, return_outputs=False, **kwargs)
     # Equal micro-batches: the mean of their mean losses is the batch's mean loss.
     return torch.stack(losses).mean().detach() if part.has_last else None
+
+
+def scale_gradients(part: PipelinePart, microbatches: int) -> None:
+    """Divides this rank's accumulated gradients by the number of micro-batches (what torch's
+    ``stage.scale_grads`` does), turning the sum of micro-batch mean gradients into the batch's mean."""
+    for p in part.stages.parameters():
+        if p.grad is not None:
+            p.grad.div_(microbatches)
 
 
 @dataclass(frozen=True)
@@ -259,10 +268,12 @@ class PipelineStrategy(Strategy):
         optimizer: torch.optim.Optimizer,
     ) -> torch.Tensor | None:
         assert isinstance(model, PipelinePart)
-        with timed_step(model.timer, model.log, [model.device]):
+        with timed_step(model.timer, model.log, [model.device]) as clock:
             optimizer.zero_grad(set_to_none=True)
             loss = run_schedule(model, inputs, targets)
-            self.precision.step(optimizer)
+            with clock.update():
+                scale_gradients(model, self.split.microbatches)
+                self.precision.step(optimizer)
         return loss
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:

@@ -14,6 +14,10 @@ Interleaving v stages per rank (Megatron-LM, Narayanan et al. 2021) cuts each fi
 (p-1)/(v*m + p-1). Zero-bubble schedules (Qi et al. 2024) split the backward into input and weight
 halves and fill the bubble with the latter; their bubble depends on the three halves' times, so
 no single formula is given for them (None).
+
+These formulas hold only at some sizes (interleaved: m a multiple of p). The bubble the records
+carry replays each schedule's own order instead (``strategies/action_tables.py``), and is tested
+against these formulas where they hold.
 """
 
 from __future__ import annotations
@@ -115,8 +119,9 @@ def stages_of_rank(rank: int, ranks: int, stages_per_rank: int, v_shape: bool = 
     return [rank + ranks * k for k in range(stages_per_rank)]
 
 
-def theoretical_bubble(info: ScheduleInfo, ranks: int, microbatches: int, stages_per_rank: int = 1) -> float | None:
-    """Idle fraction of a step with equal stages and free communication (see the module docstring)."""
+def formula_bubble(info: ScheduleInfo, ranks: int, microbatches: int, stages_per_rank: int = 1) -> float | None:
+    """The textbook idle fraction with equal stages and free communication (see the module docstring);
+    right only where the formula's assumptions hold (``action_tables.theoretical_bubble`` always is)."""
     p, m = ranks, microbatches
     if info.interleaved_bubble is None:
         return None

@@ -108,7 +108,10 @@ class StepLog:
     busy_ms: list[dict[int, float]] = field(default_factory=list)
     """One {stage: busy ms} per timed step."""
     step_ms: list[float] = field(default_factory=list)
-    """This process's own wall time of each timed step (start of train_step to synchronized end)."""
+    """This process's own wall time of each timed step's schedule: from the start of train_step to
+    its synchronized end, less the update and any time the strategy left out."""
+    update_ms: list[float] = field(default_factory=list)
+    """The update's time in each timed step: gradient scaling and the optimizer step."""
     timeline: list[Span] = field(default_factory=list)
     """The spans of the last timed step."""
     timeline_start_s: float = 0.0
@@ -119,31 +122,47 @@ class StepLog:
         """True while the step under way is a timed one."""
         return self.step >= self.warmup
 
-    def add(self, spans: list[Span], step_ms: float, wall_start_s: float = 0.0) -> None:
+    def add(self, spans: list[Span], step_ms: float, wall_start_s: float = 0.0, update_ms: float = 0.0) -> None:
         if self.timing:
             self.busy_ms.append(busy_ms_by_stage(spans))
             self.step_ms.append(step_ms)
+            self.update_ms.append(update_ms)
             self.timeline, self.timeline_start_s = spans, wall_start_s
         self.step += 1
 
 
 @dataclass
 class StepClock:
-    """What ``timed_step`` hands its body: time to leave out of the pipeline's step (hybrid's reduction)."""
+    """What ``timed_step`` hands its body: time to leave out of the pipeline's step (hybrid's
+    reduction), and a clock for the update, which the bubble must not count as idle."""
 
+    devices: Sequence[torch.device]
     excluded_ms: float = 0.0
+    update_ms: float = 0.0
+
+    @contextmanager
+    def update(self) -> Iterator[None]:
+        """Times the block as update (gradient scaling, the optimizer step); the devices are
+        synchronized on both sides so that the schedule's kernels are not counted here."""
+        synchronize(self.devices)
+        start = time.perf_counter()
+        yield
+        synchronize(self.devices)
+        self.update_ms += (time.perf_counter() - start) * 1e3
 
 
 @contextmanager
 def timed_step(timer: StepTimer, log: StepLog, devices: Sequence[torch.device]) -> Iterator[StepClock]:
     """The skeleton of every timed pipeline step: clock and spans start, the body runs, the devices
-    are synchronized, and the step's spans and wall time (less ``excluded_ms``) go to ``log``."""
+    are synchronized, and the step's spans, its schedule's wall time (less ``excluded_ms`` and the
+    update) and the update's time go to ``log``."""
     start = time.perf_counter()
     timer.start(devices)
-    clock = StepClock()
+    clock = StepClock(devices)
     yield clock
     synchronize(devices)
-    log.add(timer.spans(), (time.perf_counter() - start) * 1e3 - clock.excluded_ms, timer.wall_start_s)
+    total_ms = (time.perf_counter() - start) * 1e3
+    log.add(timer.spans(), total_ms - clock.excluded_ms - clock.update_ms, timer.wall_start_s, clock.update_ms)
 
 
 @dataclass(frozen=True)
@@ -157,17 +176,20 @@ class RankTiming:
     step_ms: list[float]
     timeline: list[Span]
     timeline_start_s: float
+    update_ms: list[float] = field(default_factory=list)
 
     @classmethod
     def of(cls, log: StepLog, rank: int, stages_by_device: list[list[int]]) -> RankTiming:
-        return cls(rank, stages_by_device, log.busy_ms, log.step_ms, log.timeline, log.timeline_start_s)
+        return cls(rank, stages_by_device, log.busy_ms, log.step_ms, log.timeline, log.timeline_start_s,
+                   log.update_ms)
 
 
 def pipeline_fields(per_rank: Sequence[RankTiming]) -> dict[str, object]:
     """Bubble, imbalance and timeline of the whole pipeline from every rank's ``RankTiming``.
 
-    Per timed step, a device's bubble is 1 - (its stages' busy time) / (the step's time, the slowest
-    rank's, as the runner counts it); the figures are medians over the timed steps.
+    Per timed step, a device's bubble is 1 - (its stages' busy time) / (the schedule's time, the
+    slowest rank's); the figures are medians over the timed steps. The update (gradient scaling and
+    the optimizer step) is not the schedule's idle time: it is its own share of the whole step.
     """
     steps = len(per_rank[0].step_ms)
     step_ms = [max(r.step_ms[i] for r in per_rank) for i in range(steps)]
@@ -190,7 +212,11 @@ def pipeline_fields(per_rank: Sequence[RankTiming]) -> dict[str, object]:
             timeline.append({**span.as_dict(r.rank), "start_ms": round(span.start_ms + shift, 4),
                              "end_ms": round(span.end_ms + shift, 4)})
     mean_busy = sum(busy) / len(busy)
+    update_ms = [max((r.update_ms[i] if r.update_ms else 0.0) for r in per_rank) for i in range(steps)]
     return {
+        "schedule_ms": statistics.median(step_ms),
+        "update_ms": statistics.median(update_ms),
+        "update_fraction": statistics.median(u / (s + u) for s, u in zip(step_ms, update_ms, strict=True)),
         "stage_busy_ms": busy,
         "measured_bubble_fraction_per_device": device_bubble,
         "measured_bubble_fraction": sum(device_bubble) / len(device_bubble),

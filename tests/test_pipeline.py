@@ -14,8 +14,9 @@ import pytest
 from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import global_losses
+from strategies.action_tables import theoretical_bubble
 from strategies.pipeline import torch_refusal
-from strategies.schedules import BY_NAME, available_schedules, theoretical_bubble
+from strategies.schedules import BY_NAME, available_schedules
 from tests.helpers.cli import run_bench, run_in_process
 from tests.helpers.equivalence import assert_matches_reference, reference
 from tests.helpers.ranks import merged_state, run_ranks_sequence
@@ -77,6 +78,8 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
     assert 0 < fields["measured_bubble_fraction"] < 1 and fields["stage_imbalance"] >= 1
     assert len(fields["stage_busy_ms"]) == stages and len(fields["stage_peak_mem_bytes"]) == 2
     assert fields["theoretical_bubble_fraction"] == theoretical_bubble(info, 2, 4, config.stages_per_rank)
+    # The update (scaling by 1/m, the optimizer step) is timed apart from the schedule.
+    assert fields["update_ms"] > 0 and 0 < fields["update_fraction"] < 1 and fields["schedule_ms"] > 0
 
 
 @pytest.mark.distributed

@@ -98,6 +98,8 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
     bubbles = (out / "bubbles.csv").read_text()
     assert "pp gpipe" in bubbles  # one line per strategy and schedule
     md = (out / "report.md").read_text()
+    # The pipeline table: theoretical and measured bubble side by side, per configuration.
+    assert "| mlp/small | pp | gpipe | 2 | 1 | 4 | 0.2 | 0.3 |" in md
     assert "EMULATED" in md
     assert "## Hybrid against its parts" in md
     assert "| mlp/small | hybrid (gpipe, m=4) | 2 | 2 | 0.75 | 0.9 | 1.25 |" in md

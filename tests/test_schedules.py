@@ -15,10 +15,10 @@ from strategies.schedules import (
     check_schedule,
     clock_cycles,
     fill_drain_bubble,
+    formula_bubble,
     ideal_speedup,
     schedule_info,
     stages_of_rank,
-    theoretical_bubble,
 )
 
 
@@ -36,8 +36,8 @@ from strategies.schedules import (
         ("zbv", 2, 4, 2, None),
     ],
 )
-def test_theoretical_bubble(schedule: str, p: int, m: int, v: int, expected: float | None) -> None:
-    got = theoretical_bubble(BY_NAME[schedule], p, m, v)
+def test_formula_bubble(schedule: str, p: int, m: int, v: int, expected: float | None) -> None:
+    got = formula_bubble(BY_NAME[schedule], p, m, v)
     assert got == (None if expected is None else pytest.approx(expected))
 
 

@@ -60,3 +60,23 @@ def test_timed_step_logs_timed_steps_only_and_leaves_out_what_the_body_excludes(
     assert log.busy_ms == [{0: pytest.approx(10.0)}, {0: pytest.approx(10.0)}]  # the warm-up step is not kept
     assert log.step_ms == [pytest.approx(30.0), pytest.approx(10.0)]  # 20 ms left out of the last one
     assert [(s.microbatch, s.start_ms) for s in log.timeline] == [(2, 0.0)]
+
+
+def test_the_update_is_its_own_share_and_not_the_schedules_idle_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import strategies.timing
+
+    clock = FakeClock()
+    monkeypatch.setattr(strategies.timing, "time", clock)
+    timer, log = StepTimer(), StepLog(warmup=0)
+    cpu = [torch.device("cpu")]
+    with timed_step(timer, log, cpu) as step_clock:
+        with timer.span(0, 0, "F", cpu[0]):
+            clock.now += 0.006  # 6 ms of compute
+        clock.now += 0.002  # 2 ms waiting on a peer: the bubble
+        with step_clock.update():
+            clock.now += 0.004  # 4 ms of optimizer step
+    assert log.step_ms == [pytest.approx(8.0)] and log.update_ms == [pytest.approx(4.0)]
+    fields = pipeline_fields([RankTiming.of(log, 0, [[0]])])
+    assert fields["measured_bubble_fraction"] == pytest.approx(2 / 8)  # not (2 + 4) / 12
+    assert (fields["schedule_ms"], fields["update_ms"]) == (pytest.approx(8.0), pytest.approx(4.0))
+    assert fields["update_fraction"] == pytest.approx(4 / 12)
