@@ -102,11 +102,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     failures.note_started(rank)
     try:
         result = train(config)
-    except torch.OutOfMemoryError as exc:
-        failures.note_failure(rank, exc)
-        return _out_of_memory(config, exc)
     except BaseException as exc:
         failures.note_failure(rank, exc)
+        if failures.is_out_of_memory(exc):
+            return _out_of_memory(config, exc)
         raise
     failures.note_done(rank)
     if result.topology.rank != 0:
@@ -132,9 +131,9 @@ def _out_of_memory(config: RunConfig, exc: BaseException) -> int:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     devices = devices_for(config.accelerator, 1, first=local) if under_torchrun() else devices_for(
         config.accelerator, config.devices)
-    reason = f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    reason = f"rank {rank}: {failures.describe_error(exc)}"
     append_record(config.out, failure_record(config, "oom", reason, environment(), peak_mem=peak_memory(devices)))
-    print(f"bench run: out of memory on rank {rank}: {exc}", file=sys.stderr)
+    print(f"bench run: out of memory on rank {rank}: {failures.describe_error(exc)}", file=sys.stderr)
     return 3
 
 

@@ -30,6 +30,16 @@ _STEP_ATTRIBUTE = "_bench_failed_at_step"
 _PEER_LEFT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Pair is not connected",
               "DistNetworkError", "communicator was aborted", "NCCL communicator", "failed to recv")
 _TIMED_OUT = ("Timed out", "timed out")
+# The CPU allocator's words when malloc fails: a RuntimeError, not torch.OutOfMemoryError (which is CUDA's).
+_CPU_OUT_OF_MEMORY = "DefaultCPUAllocator: can't allocate memory"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for running out of device memory (CUDA) or host memory (the CPU allocator's failed malloc)."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError)
+                                                       and _CPU_OUT_OF_MEMORY in str(exc))
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,7 @@ class RankFailure:
     @property
     def kind(self) -> str:
         """``oom``, ``timeout`` (it waited out a collective for a peer), ``peer`` (its peer left) or ``error``."""
-        if self.error.startswith("OutOfMemoryError"):
+        if self.error.startswith("OutOfMemoryError") or _CPU_OUT_OF_MEMORY in self.error:
             return "oom"
         if any(word in self.error for word in _PEER_LEFT):
             return "peer"
@@ -116,7 +126,8 @@ class LaunchFailure:
         if self.vanished:
             ranks = " and ".join(map(str, self.vanished))
             parts.append(f"rank{'s' if len(self.vanished) > 1 else ''} {ranks} ended without a Python error "
-                         "(a crash, a kill or a stall; the launcher's exit codes are in the output)")
+                         "(a crash, a kill or a stall; on Linux the kernel's out-of-memory killer also ends a process "
+                         "this way; the launcher's exit codes are in the output)")
         parts += [_phrase(f) for f in first if order[f.kind] > 0]
         return "; ".join(parts) if parts else "no rank left a note (see the output above)"
 

@@ -41,6 +41,17 @@ class OutOfMemory(nn.Module):
         raise torch.OutOfMemoryError("injected: tried to allocate 64.00 GiB")
 
 
+class HostOutOfMemory(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # 1 PiB: more than any machine's RAM and swap, so malloc fails at once (no OOM killer involved).
+        return x + torch.empty(2**50, dtype=torch.uint8).sum()
+
+
+def host_out_of_memory(preset: str = "tiny") -> ModelSpec:
+    """Really runs out of host memory in its first forward: the CPU allocator refuses 1 PiB."""
+    return _with_block(HostOutOfMemory(), preset)
+
+
 def out_of_memory(preset: str = "tiny") -> ModelSpec:
     """Runs out of memory in its first forward (simulated, so it works on any device)."""
     return _with_block(OutOfMemory(), preset)

@@ -21,15 +21,21 @@ LINES = [
      "rank 1 failed at step 2: RuntimeError: injected; rank 0 stopped because its peer left (at step 2)"),
     # A stalled rank leaves no note (torchrun kills it); its peer waited out the timeout.
     ([TIMED_OUT], [1], "timeout",
-     "rank 1 ended without a Python error (a crash, a kill or a stall; the launcher's exit codes are in the output); "
+     "rank 1 ended without a Python error (a crash, a kill or a stall; on Linux the kernel's out-of-memory killer "
+     "also ends a process this way; the launcher's exit codes are in the output); "
      "rank 0 timed out waiting for its peers at step 1: RuntimeError: [unbound_buffer.cc:129] Timed out waiting "
      "10000ms for send"),
     ([OOM, PEER_LEFT], [], "oom",
      "rank 1 failed at step 0: OutOfMemoryError: tried to allocate 64.00 GiB; rank 0 stopped because its peer left "
      "(at step 2)"),
     ([RankFailure(0, None, "ValueError: bad", 1.0)], [], "failed", "rank 0 failed during set-up: ValueError: bad"),
-    ([], [0, 1], "failed", "ranks 0 and 1 ended without a Python error (a crash, a kill or a stall; the launcher's "
-     "exit codes are in the output)"),
+    ([], [0, 1], "failed", "ranks 0 and 1 ended without a Python error (a crash, a kill or a stall; on Linux the "
+     "kernel's out-of-memory killer also ends a process this way; the launcher's exit codes are in the output)"),
+    # The CPU allocator's failed malloc is out of memory too.
+    ([RankFailure(0, 1, "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                  "allocate memory: you tried to allocate 1125899906842624 bytes.", 1.0)], [], "oom",
+     "rank 0 failed at step 1: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+     "can't allocate memory: you tried to allocate 1125899906842624 bytes."),
 ]
 
 
