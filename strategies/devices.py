@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
@@ -29,21 +31,42 @@ def synchronize(devices: Iterable[torch.device]) -> None:
         torch.cuda.synchronize(index)
 
 
+_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
+
 def reset_peak_memory(devices: Iterable[torch.device]) -> None:
+    """Starts the peaks anew: each GPU's allocator peak, and on the CPU the process's peak resident set
+    (Linux: writing 5 to /proc/self/clear_refs resets VmHWM; elsewhere the lifetime peak stays)."""
+    devices = list(devices)
     for d in {d for d in devices if d.type == "cuda"}:
         torch.cuda.reset_peak_memory_stats(d)
+    if any(d.type == "cpu" for d in devices):
+        # Not Linux, or not allowed: peak_memory then reads the lifetime peak.
+        with contextlib.suppress(OSError):
+            _CLEAR_REFS.write_text("5")
+
+
+def _peak_rss_bytes() -> int:
+    """The process's peak resident set since the last reset (VmHWM), or since it started."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024  # Linux reports KiB, macOS bytes
 
 
 def peak_memory(devices: Iterable[torch.device]) -> tuple[list[int], str]:
     """Peak memory per device and what was measured.
 
     On GPUs: ``torch.cuda.max_memory_allocated`` per device. On the CPU all "devices" of a
-    process share its memory, so the figure is the process's peak resident set size, once,
+    process share its memory, so the figure is the process's peak resident set size since the last
+    ``reset_peak_memory`` (on Linux; elsewhere since the process started), once,
     named as such so that nobody compares it with a GPU's allocator peak.
     """
     devices = list(devices)
     if devices and all(d.type == "cuda" for d in devices):
         return [torch.cuda.max_memory_allocated(d) for d in devices], "cuda_max_memory_allocated"
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rss_bytes = rss if sys.platform == "darwin" else rss * 1024  # Linux reports KiB, macOS bytes
-    return [rss_bytes], "process_peak_rss"
+    return [_peak_rss_bytes()], "process_peak_rss"

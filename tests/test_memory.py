@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 import models
 from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import train
+from strategies.devices import peak_memory, reset_peak_memory
 from tests.helpers.cli import run_bench
 
 
@@ -67,3 +69,17 @@ def test_ddp_holds_a_whole_copy_per_device_and_pipelines_say_why_they_are_not_tr
         (0, _bytes(), _bytes()), (1, _bytes(), _bytes())]
     assert all(d["temporaries"] >= _bytes() for d in ddp["memory_by_kind"])  # DDP's gradient buckets
     assert pp["memory_by_kind"] is None and "cannot follow" in pp["memory_by_kind_source"]
+
+
+def test_the_cpu_peak_starts_anew_at_each_reset() -> None:
+    cpu = [torch.device("cpu")]
+    reset_peak_memory(cpu)
+    block = torch.ones(256 * 2**20, dtype=torch.uint8)  # 256 MiB, touched
+    (high,), _ = peak_memory(cpu)
+    del block
+    reset_peak_memory(cpu)
+    (low,), source = peak_memory(cpu)
+    assert source == "process_peak_rss"
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("only Linux can reset a process's peak resident set")
+    assert high - low > 200 * 2**20  # the 256 MiB are no longer in the peak

@@ -23,7 +23,7 @@ from bench.records import build_record, read_records
 from bench.runner import RankStats, RunResult, prepared_run
 from models.data import global_batches
 from strategies import ConfigError, build_strategy
-from strategies.devices import peak_memory
+from strategies.devices import peak_memory, reset_peak_memory
 from tests.helpers.matrix import Case, base_config
 
 EXTRA_FIELDS = ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "peak_mem_bytes", "peak_mem_source",
@@ -65,6 +65,8 @@ def test_step(benchmark, case: Case, bench_options: dict, single_throughput: dic
         losses.append(float(loss))
 
     benchmark.group = f"{case.model}/{case.preset}"  # read when the timing starts
+    # Cases share this process: each case's peak starts from its own model, not the cases before it.
+    reset_peak_memory(run.topology.devices)
     benchmark.pedantic(step, setup=next_shard, rounds=steps, warmup_rounds=warmup, iterations=1)
     stats = RankStats(rank=0, threads=0, losses=losses)
     stats.step_times_s = list(benchmark.stats.stats.data) if benchmark.stats else []
