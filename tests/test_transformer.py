@@ -14,6 +14,7 @@ from torch import nn
 import models
 from bench.config import RunConfig, resolve
 from bench.runner import global_losses, train
+from models.flops import train_flops_per_sample
 from models.transformer import MLP, PRESETS, CausalSelfAttention, TokenCrossEntropy
 
 
@@ -42,6 +43,16 @@ def test_presets_sizes() -> None:
         counts = {name: sum(q.numel() for q in models.build_model("transformer", name).blocks.parameters())
                   for name in models.PRESETS}
     assert counts == {"tiny": 30_144, "small": 3_701_248, "large": 737_504_512}
+
+
+def test_flops_per_sample_are_three_forwards_of_the_matmuls_and_the_attention() -> None:
+    p = PRESETS["tiny"]
+    d, seq = p.width, p.seq_len
+    linear = seq * (p.depth * 12 * d * d + d * p.vocab)  # q, k, v, out, fc1, fc2 per token, and the head
+    attention = p.depth * 2 * seq * seq * d  # q k^T and weights @ v, the causal half counted as torch does
+    # Backward is twice the forward: unlike the mlp's first Linear, the first decoder block's inputs
+    # (the embeddings) need their gradient.
+    assert train_flops_per_sample(_tiny()) == 3 * 2 * (linear + attention) == 2_752_512
 
 
 def test_a_later_token_never_changes_earlier_logits() -> None:
