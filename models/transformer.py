@@ -39,8 +39,10 @@ PRESETS = {
     "tiny": TransformerPreset(vocab=64, width=32, heads=2, depth=2, seq_len=16, batch_size=8),
     # 3,701,248 parameters: a step of batch 16 (1,024 tokens) took 144 ms on 2 CPU cores (bench run, torch 2.14).
     "small": TransformerPreset(vocab=1024, width=256, heads=4, depth=4, seq_len=64, batch_size=16),
-    # 737,504,512 parameters (GPT-2-large-like): fp32 weights, gradients and AdamW's two moments are 16 B a
-    # parameter, 11.8 GB; activations of 16 x 1024 tokens are a few tens of GB: fits one 141 GB H200.
+    # 737,504,512 parameters (GPT-2 large's size, wider and shallower). fp32 weights, gradients and AdamW's
+    # two moments are 16 B a parameter, 11.8 GB; the activations kept for backward, about 17 d floats a token
+    # per block plus 3 x vocab for the logits, are ~2 MB a token, ~35 GB for 16 x 1024 tokens in fp32
+    # (counted, not measured): one 141 GB H200 holds a step with room to spare.
     "large": TransformerPreset(vocab=32_000, width=2048, heads=16, depth=12, seq_len=1024, batch_size=16),
 }
 
