@@ -18,7 +18,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("parallelism suite benchmarks")
     group.addoption("--benchmark", action="store_true", help="run the benchmark matrix with real timing")
     group.addoption("--bench-strategies", default=None, help="comma-separated (default: every registered strategy)")
-    group.addoption("--bench-models", default="mlp,cnn,rnn", help="comma-separated (default: mlp,cnn,rnn)")
+    group.addoption("--bench-models", default="mlp,cnn,rnn,transformer",
+                    help="comma-separated (default: mlp,cnn,rnn,transformer)")
     group.addoption("--bench-preset", default=None, help="model size (default: large on GPUs, tiny on CPU)")
     group.addoption("--bench-devices", default=None, help="device counts, e.g. 1,2 (default: 1, 2, 4 ... present)")
     group.addoption("--bench-precision", default="auto", choices=("auto", "fp32", "tf32", "bf16", "fp16"),

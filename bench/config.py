@@ -39,7 +39,7 @@ class HarnessOptions:
     strategy: str = "single"
     """Parallelism strategy (see `python -m bench list`)."""
     model: str = "cnn"
-    """Model family (mlp, cnn, rnn) or your own package.module:function."""
+    """Model family (mlp, cnn, rnn, transformer) or your own package.module:function."""
     preset: str = "small"
     """Model size: tiny (tests), small (CPU), large (GPU)."""
     norm: str = "batch"

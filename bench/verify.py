@@ -127,14 +127,14 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         fail("bench verify", str(exc))
     rows = verify(args.strategies, args.models, args.devices, args.steps, args.run_timeout_s)
-    print(f"{'strategy':<10} {'model':<6} {'devices':>7} {'max param diff':>15} {'max loss diff':>14}  result")
+    print(f"{'strategy':<10} {'model':<11} {'devices':>7} {'max param diff':>15} {'max loss diff':>14}  result")
     for row in rows:
         append_record(args.out, row)
         verdict = {True: "pass", False: "FAIL", None: "skipped"}[row["passed"]]
         diff = "" if row["max_param_diff"] is None else f"{row['max_param_diff']:.2e}"
         loss = "" if row["max_loss_diff"] is None else f"{row['max_loss_diff']:.2e}"
         note = f"  ({row['reason']})" if row.get("reason") else ""
-        print(f"{row['strategy']:<10} {row['model']:<6} {row['devices']:>7} {diff:>15} {loss:>14}  {verdict}{note}")
+        print(f"{row['strategy']:<10} {row['model']:<11} {row['devices']:>7} {diff:>15} {loss:>14}  {verdict}{note}")
     failed = [r for r in rows if r["passed"] is False]
     return 1 if failed else 0
 

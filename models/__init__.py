@@ -6,10 +6,12 @@ import importlib
 import inspect
 from collections.abc import Callable
 
-from models import cnn, mlp, rnn
-from models.spec import ModelSpec
+from models import cnn, mlp, rnn, transformer
+from models.spec import ModelSpec, TensorParallelPlan
 
-FAMILIES: dict[str, Callable[..., ModelSpec]] = {"mlp": mlp.build, "cnn": cnn.build, "rnn": rnn.build}
+FAMILIES: dict[str, Callable[..., ModelSpec]] = {
+    "mlp": mlp.build, "cnn": cnn.build, "rnn": rnn.build, "transformer": transformer.build,
+}
 PRESETS = ("tiny", "small", "large")
 NORMS = cnn.NORMS
 
@@ -62,4 +64,5 @@ def build_model(name: str, preset: str = "small", norm: str = "batch") -> ModelS
     return spec
 
 
-__all__ = ["FAMILIES", "NORMS", "PRESETS", "ModelImportError", "ModelSpec", "build_model", "is_import_path"]
+__all__ = ["FAMILIES", "NORMS", "PRESETS", "ModelImportError", "ModelSpec", "TensorParallelPlan", "build_model",
+           "is_import_path"]

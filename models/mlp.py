@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.spec import ModelSpec
+from models.spec import COLWISE, ROWWISE, ModelSpec, TensorParallelPlan
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,16 @@ PRESETS = {
 }
 
 
+def tp_plan(depth: int, width: int) -> TensorParallelPlan:
+    """Consecutive hidden blocks in Megatron-LM pairs: block 2j's Linear by columns, block 2j+1's by rows,
+    one all-reduce per pair (the ReLU between them acts on each rank's columns alone). With an odd depth
+    the last hidden block has no partner and stays replicated, as does the classifier."""
+    styles = {}
+    for j in range(depth // 2):
+        styles |= {f"{2 * j}.0": COLWISE, f"{2 * j + 1}.0": ROWWISE}
+    return TensorParallelPlan(styles, {"hidden width": width})
+
+
 def build(preset: str, norm: str = "batch") -> ModelSpec:
     """Builds the MLP; ``norm`` is accepted for a uniform signature and ignored (there is none)."""
     p = PRESETS[preset]
@@ -40,4 +50,5 @@ def build(preset: str, norm: str = "batch") -> ModelSpec:
         targets = torch.randint(p.classes, (n,), generator=generator)
         return inputs, targets
 
-    return ModelSpec("mlp", nn.Sequential(*blocks), make_batch, nn.CrossEntropyLoss(), p.batch_size)
+    return ModelSpec("mlp", nn.Sequential(*blocks), make_batch, nn.CrossEntropyLoss(), p.batch_size,
+                     tp_plan(p.depth, p.width))

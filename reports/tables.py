@@ -106,7 +106,8 @@ def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
 
 
 NORMALISED = {"cnn"}
-"""The model families with normalisation layers: only there does ``--norm`` change what a run computes."""
+"""The model families whose ``--norm`` changes what a run computes (the transformer's LayerNorm is per token and
+ignores ``--norm``)."""
 
 
 def _class_key(row: dict) -> tuple:

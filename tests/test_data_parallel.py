@@ -22,7 +22,8 @@ def _config(tmp_path: Path, **kw: object) -> RunConfig:
     return resolve(RunConfig(**{**base, "out": str(tmp_path / "r.jsonl"), **kw}))
 
 
-@pytest.mark.parametrize(("model", "norm"), [("mlp", "group"), ("rnn", "group"), ("cnn", "group")])
+@pytest.mark.parametrize(("model", "norm"),
+                         [("mlp", "group"), ("rnn", "group"), ("cnn", "group"), ("transformer", "group")])
 def test_dp_matches_one_device(model: str, norm: str, tmp_path: Path) -> None:
     # 1 warm-up + 2 timed = 3 optimizer steps. On GPUs the loss is computed on the gathered
     # batch, so only BatchNorm (statistics per replica) would differ; on a CPU nn.DataParallel

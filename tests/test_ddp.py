@@ -45,14 +45,15 @@ def test_ddp_matches_one_device_with_the_group_made_by_the_strategy(tmp_path: Pa
 
 
 @pytest.mark.distributed
-def test_ddp_matches_one_device_for_rnn_and_cnn_and_batchnorm_does_not(tmp_path: Path) -> None:
+def test_ddp_matches_one_device_for_rnn_cnn_and_transformer_and_batchnorm_does_not(tmp_path: Path) -> None:
     configs = [
         _config(tmp_path, "rnn", static_graph=True),
         _config(tmp_path, "cnn", norm="group", find_unused_parameters=True),
+        _config(tmp_path, "transformer"),
         _config(tmp_path, "cnn", norm="batch"),
     ]
-    rnn, cnn_group, cnn_batch = run_ranks_sequence(configs, 2, tmp_path)
-    for config, results in zip(configs[:2], (rnn, cnn_group), strict=True):
+    rnn, cnn_group, transformer, cnn_batch = run_ranks_sequence(configs, 2, tmp_path)
+    for config, results in zip(configs[:3], (rnn, cnn_group, transformer), strict=True):
         assert len(global_losses(results[0].ranks)) == 3  # 1 warm-up + 2 timed optimizer steps
         assert_matches_reference(global_losses(results[0].ranks), merged_state(results), reference(config))
     # Both replicas end identical: DDP averaged the same gradients into both.
@@ -61,10 +62,10 @@ def test_ddp_matches_one_device_for_rnn_and_cnn_and_batchnorm_does_not(tmp_path:
     # BatchNorm normalises each rank's 4 samples with their own statistics, not the global 8's,
     # so split-batch training is a different computation from the first step on.
     losses = global_losses(cnn_batch[0].ranks)
-    expected_losses, _ = reference(configs[2])
+    expected_losses, _ = reference(configs[3])
     assert abs(losses[0] - expected_losses[0]) > 1e-3, (losses[0], expected_losses[0])
     with pytest.raises(AssertionError):
-        assert_matches_reference(losses, merged_state(cnn_batch), reference(configs[2]))
+        assert_matches_reference(losses, merged_state(cnn_batch), reference(configs[3]))
 
 
 def test_torch_syncbatchnorm_refuses_cpu_tensors(tmp_path: Path) -> None:

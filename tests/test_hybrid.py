@@ -1,6 +1,6 @@
 """``hybrid``: the mesh arithmetic as literal tables; 2 x 2 on 4 gloo ranks trains like ``single``; bad input.
 
-Both models share one spawned group of 4 ranks (``run_ranks_sequence``): forming it costs
+The models share one spawned group of 4 ranks (``run_ranks_sequence``): forming it costs
 seconds, a tiny run a fraction of one.
 """
 
@@ -22,7 +22,11 @@ from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 BASE = RunConfig(strategy="hybrid", model="mlp", preset="tiny", devices=4, dp=2, pp=2, steps=3, warmup=1,
                  microbatches=2)
-CONFIGS = {"mlp": BASE, "cnn-group": dataclasses.replace(BASE, model="cnn", norm="group")}
+CONFIGS = {
+    "mlp": BASE,
+    "cnn-group": dataclasses.replace(BASE, model="cnn", norm="group"),
+    "transformer": dataclasses.replace(BASE, model="transformer"),
+}
 
 
 @pytest.fixture(scope="module")

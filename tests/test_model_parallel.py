@@ -19,6 +19,7 @@ CASES = [
     ("rnn", "batch", 2, 4, "1,3"),
     ("cnn", "group", 2, 1, "even"),
     ("cnn", "group", 2, 4, "time"),
+    ("transformer", "group", 2, 4, "even"),
 ]
 
 

@@ -1,13 +1,16 @@
-"""The three model families: every preset builds, splits into stages that compose to the whole, counts FLOPs."""
+"""The model families: every preset builds, splits into stages that compose to the whole, counts FLOPs; tp plans."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 import models
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
+from models.mlp import tp_plan as mlp_plan
+from models.spec import ModelSpec, TensorParallelPlan
 from strategies.partition import even_balance, split_sequential
 
 FAMILIES = list(models.FAMILIES)
@@ -22,8 +25,9 @@ def test_every_preset_builds_and_gives_logits_per_sample(family: str, preset: st
         spec = models.build_model(family, preset)
     inputs, targets = spec.make_batch(2, torch.Generator().manual_seed(0))
     logits = spec.blocks(inputs.to(device))
-    assert logits.shape[0] == 2 and logits.dim() == 2
-    assert int(targets.max()) < logits.shape[1]
+    # One row of logits per target: per sample for the classifiers, per token for the transformer.
+    assert logits.shape[:-1] == targets.shape and logits.shape[0] == 2
+    assert int(targets.max()) < logits.shape[-1]
     assert len(spec.blocks) >= 4, "too few blocks to split over 4 stages"
 
 
@@ -105,3 +109,55 @@ def test_bring_your_own_model(tmp_path, monkeypatch) -> None:
         models.build_model("mymodel:nope")
     with pytest.raises(models.ModelImportError, match="cannot import 'no_such_module_xyz'"):
         models.build_model("no_such_module_xyz:build")
+
+
+# --- tensor-parallel plans: data only ------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_plan_names_linear_layers_of_the_blocks(family: str) -> None:
+    spec = models.build_model(family, "tiny")
+    if family in ("cnn", "rnn"):
+        assert spec.tp_plan is None
+        return
+    modules = dict(spec.blocks.named_modules())
+    assert spec.tp_plan is not None and len(spec.tp_plan.styles) > 0
+    for path, style in spec.tp_plan.styles.items():
+        assert isinstance(modules[path], nn.Linear), path
+        assert style in ("colwise", "rowwise")
+    # Column-wise and row-wise come in pairs: each sharded activation is gathered back by a row-wise layer.
+    styles = list(spec.tp_plan.styles.values())
+    assert styles.count("colwise") >= styles.count("rowwise") > 0
+
+
+def test_tiny_mlp_plan_pairs_its_hidden_blocks_and_keeps_the_classifier_whole() -> None:
+    plan = models.build_model("mlp", "tiny").tp_plan
+    assert plan == TensorParallelPlan(
+        {"0.0": "colwise", "1.0": "rowwise", "2.0": "colwise", "3.0": "rowwise"}, {"hidden width": 32}
+    )
+    # An odd depth leaves the last hidden block (and the classifier) replicated.
+    assert mlp_plan(depth=3, width=8).styles == {"0.0": "colwise", "1.0": "rowwise"}
+    assert mlp_plan(depth=1, width=8).styles == {}
+
+
+def test_plan_degree_must_divide_every_sharded_dimension() -> None:
+    plan = TensorParallelPlan({}, {"attention heads": 4, "mlp hidden width": 1024})
+    plan.check_degree(1)
+    plan.check_degree(4)
+    with pytest.raises(ValueError, match="tensor-parallel degree 8 does not divide attention heads 4$"):
+        plan.check_degree(8)
+    with pytest.raises(ValueError, match="degree 3 does not divide attention heads 4, mlp hidden width 1024$"):
+        plan.check_degree(3)
+
+
+@pytest.mark.parametrize(("styles", "message"), [
+    ({"0.0": "colwise", "5.0": "rowwise"}, "tp_plan path '5.0' names nothing, not an nn.Linear"),
+    ({"0": "colwise"}, "tp_plan path '0' names Sequential, not an nn.Linear"),
+    ({"0.0": "sequence"}, "tp_plan style 'sequence' for '0.0'; choose from colwise, rowwise"),
+])
+def test_a_plan_that_does_not_fit_the_blocks_is_refused_when_the_spec_is_made(
+    styles: dict[str, str], message: str
+) -> None:
+    spec = models.build_model("mlp", "tiny")
+    with pytest.raises(ValueError, match=message):
+        ModelSpec("mlp", spec.blocks, spec.make_batch, spec.loss_fn, 8, TensorParallelPlan(styles, {}))

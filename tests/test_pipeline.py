@@ -37,6 +37,7 @@ CONFIGS = {
         for name in RUNNABLE
     },
     "rnn-gpipe": _config(model="rnn"),
+    "transformer-gpipe": _config(model="transformer"),
     "cnn-gpipe-time-balance": _config(model="cnn", norm="group", balance="time"),
 }
 # With v = 2 the multi-stage schedules run 4 stages on the 2 ranks (mlp tiny has 5 blocks).

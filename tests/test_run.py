@@ -29,7 +29,7 @@ ENV_FIELDS = {
 }
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn", "transformer"])
 def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
     proc = run_bench("run", "--model", model, "--preset", "tiny", "--steps", "3", "--warmup", "1",
                      "--out", str(results))
@@ -88,5 +88,5 @@ def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
 def test_list_names_strategies_models_presets_and_devices() -> None:
     proc = run_bench("list")
     assert proc.returncode == 0
-    for word in ("single", "mlp", "cnn", "rnn", "tiny", "small", "large", "GPU(s)", "cores"):
+    for word in ("single", "mlp", "cnn", "rnn", "transformer", "tiny", "small", "large", "GPU(s)", "cores"):
         assert word in proc.stdout
