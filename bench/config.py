@@ -17,6 +17,7 @@ from strategies.options import (
     OPTION_GROUPS,
     BucketOptions,
     DDPOptions,
+    FSDPOptions,
     Group,
     MeshOptions,
     ModelFacts,
@@ -83,7 +84,8 @@ class HarnessOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunConfig(DDPOptions, BucketOptions, MeshOptions, PipelineOptions, SplitOptions, RunOptions, HarnessOptions):
+class RunConfig(FSDPOptions, DDPOptions, BucketOptions, MeshOptions, PipelineOptions, SplitOptions, RunOptions,
+                HarnessOptions):
     """Everything that decides what a run computes and how it is measured: the harness's options and
     every strategy option group (strategies/options.py), flat, so that each field is one flag."""
 
@@ -170,7 +172,8 @@ def resolve(config: RunConfig) -> RunConfig:
         check_per_device_launch(resolved.devices, accelerator, gpus)
     elif accelerator == "cuda" and resolved.devices > gpus:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
-    build_strategy(config.strategy, resolved).validate(ModelFacts(blocks=facts.blocks, gpus=gpus))
+    build_strategy(config.strategy, resolved).validate(
+        ModelFacts(blocks=facts.blocks, gpus=gpus, tp_plan=facts.tp_plan, layer_types=facts.layer_types))
     _check_writable(Path(config.out))
     if config.profile:
         _check_writable(Path(config.profile) / "x", "--profile")
@@ -232,6 +235,9 @@ class BuiltModelFacts:
     image_inputs: bool
     """Inputs are 4-D (N, C, H, W): the channels-last format applies."""
     blocks: int
+    tp_plan: models.TensorParallelPlan | None = None
+    layer_types: tuple[str, ...] = ()
+    """Classes of the layers with parameters that are not nn.Linear."""
 
 
 def _model_facts(config: RunConfig) -> BuiltModelFacts:
@@ -243,7 +249,10 @@ def _model_facts(config: RunConfig) -> BuiltModelFacts:
     except models.ModelImportError as exc:
         raise ConfigError(str(exc)) from None
     inputs, _ = spec.make_batch(1, torch.Generator().manual_seed(0))
-    return BuiltModelFacts(spec.default_batch_size, inputs.dim() == 4, len(spec.blocks))
+    layer_types = sorted({type(m).__name__ for m in spec.blocks.modules()
+                          if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False))})
+    return BuiltModelFacts(spec.default_batch_size, inputs.dim() == 4, len(spec.blocks), spec.tp_plan,
+                           tuple(layer_types))
 
 
 def _channels_last(config: RunConfig, accelerator: str, image_inputs: bool) -> bool:

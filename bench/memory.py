@@ -20,11 +20,24 @@ log = logging.getLogger(__name__)
 
 KINDS = {"Parameter": "parameters", "Buffer": "buffers", "Gradient": "gradients", "Optstate": "optimizer_state",
          "Activation": "activations", "Temp": "temporaries", "Other": "other", "Total": "total"}
-"""MemTracker's reference types and the record's names for them (bytes, at the step's peak)."""
+"""MemTracker's reference types and the record's names for them (bytes)."""
+
+FSDP_KINDS = {"Sharded Param": "parameters", "Unsharded Param": "gathered_parameters",
+              "All Gather": "gathered_parameters", "Buffer": "buffers", "Sharded Grad": "gradients",
+              "Unsharded Grad": "gradients", "OptState": "optimizer_state", "Activation": "activations",
+              "Inputs": "activations", "Temp": "temporaries", "Reduce Scatter": "temporaries", "Total": "total"}
+"""FSDPMemTracker's types, summed into the same names: a rank's own shards are its parameters; what an
+all-gather brings in for one block's forward or backward is ``gathered_parameters``."""
 
 
 class MemoryByKind:
-    """Tracks one step; ``peaks`` is then one {kind: bytes} per device the process used, at its peak."""
+    """Tracks one step; ``peaks`` is then one {kind: bytes} per device the process used.
+
+    A tracker's "peak" snapshot is the breakdown at the one moment the total peaked (mid-backward,
+    usually), when the gradients are half made and the optimizer has not run. So each kind is taken
+    at the larger of its value at that moment and at the step's end, where parameters, gradients
+    and optimizer state are all whole; ``total`` is the peak's.
+    """
 
     def __init__(self, refusal: str | None = None) -> None:
         self.peaks: list[dict[str, object]] | None = None
@@ -34,17 +47,48 @@ class MemoryByKind:
     @contextmanager
     def track(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
         try:
-            from torch.distributed._tools.mem_tracker import MemTracker
-
-            tracker = MemTracker()
-            tracker.track_external(model, optimizer)
+            tracker, kinds = _tracker(model, optimizer)
         except Exception as exc:  # a torch without the tracker: the run goes on untracked
             self.error = f"{type(exc).__name__}: {exc}"
             yield
             return
         with tracker:
             yield
+            end = tracker.get_tracker_snapshot()
+        peak = tracker.get_tracker_snapshot("peak")
         self.peaks = [
-            {"device": str(device), **{KINDS[k]: int(v) for k, v in snapshot.items() if k in KINDS}}
-            for device, snapshot in sorted(tracker.get_tracker_snapshot("peak").items(), key=lambda kv: str(kv[0]))
+            {"device": str(device), "tracker": type(tracker).__name__, **_by_kind(snapshot, end.get(device, {}), kinds)}
+            for device, snapshot in sorted(peak.items(), key=lambda kv: str(kv[0]))
         ]
+
+
+def _tracker(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[object, dict[str, str]]:
+    """torch's FSDP-aware tracker for an FSDP2 model (it knows shards from gathered copies), else MemTracker."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+        return FSDPMemTracker(model, optimizer), FSDP_KINDS
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    return tracker, KINDS
+
+
+def _by_kind(peak: dict, end: dict, kinds: dict[str, str]) -> dict[str, int]:
+    """{record kind: bytes}: each kind the larger of its sum at the peak and at the end; total the peak's."""
+
+    def summed(snapshot: dict) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key, value in snapshot.items():
+            name = kinds.get(str(getattr(key, "value", key)))
+            if name is not None:
+                out[name] = out.get(name, 0) + int(value)
+        return out
+
+    at_peak, at_end = summed(peak), summed(end)
+    merged = {k: max(at_peak.get(k, 0), at_end.get(k, 0)) for k in {*at_peak, *at_end}}
+    merged["total"] = at_peak.get("total", 0)
+    return dict(sorted(merged.items()))

@@ -159,8 +159,9 @@ def _memory_by_kind(result: RunResult) -> dict[str, object]:
     """Every rank's peak bytes by kind over its first warm-up step (bench/memory.py), in rank order."""
     tracked = [{"rank": r.rank, **device} for r in result.ranks for device in (r.memory_by_kind or [])]
     errors = sorted({r.memory_error for r in result.ranks if r.memory_error})
-    return {"memory_by_kind": tracked or None,
-            "memory_by_kind_source": "torch MemTracker, first warm-up step" if tracked else "; ".join(errors) or None}
+    trackers = sorted({str(d.get("tracker")) for d in tracked})
+    source = f"torch {', '.join(trackers)}, first warm-up step" if tracked else "; ".join(errors) or None
+    return {"memory_by_kind": tracked or None, "memory_by_kind_source": source}
 
 
 def _machine_account(result: RunResult) -> dict[str, object]:

@@ -24,6 +24,7 @@ from bench.traces import PROFILED_STEPS, profile_path, step_profiler
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, build_strategy
+from strategies.base import OptimizerChoice
 from strategies.devices import peak_memory, reset_peak_memory, synchronize
 from strategies.distributed import gather_objects, process_group, torchrun_topology
 from strategies.precision import set_tf32
@@ -78,10 +79,10 @@ def topology_for(strategy: Strategy, config: RunConfig) -> Topology:
     return strategy.local_topology()
 
 
-def make_optimizer(config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+def optimizer_choice(config: RunConfig) -> OptimizerChoice:
     if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=config.lr)
-    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
+        return OptimizerChoice(torch.optim.Adam, {"lr": config.lr})
+    return OptimizerChoice(torch.optim.SGD, {"lr": config.lr, "momentum": 0.9})
 
 
 @dataclass
@@ -118,7 +119,7 @@ def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> Prepa
     flops = train_flops_per_sample(spec) if topo.rank == 0 else None
     apply_model_knobs(spec, config)
     model = strategy.prepare(spec, topo)
-    optimizer = make_optimizer(config, model)
+    optimizer = strategy.make_optimizer(model, optimizer_choice(config))
     dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
     return PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
 

@@ -95,7 +95,8 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
     }
 
 
-MEMORY_KINDS = ("parameters", "gradients", "optimizer_state", "activations", "temporaries", "buffers", "total")
+MEMORY_KINDS = ("parameters", "gathered_parameters", "gradients", "optimizer_state", "activations", "temporaries",
+                "buffers", "total")
 
 
 def _memory_by_kind_mib(tracked: object) -> dict[str, float]:

@@ -6,11 +6,14 @@ from strategies.base import Launch, Strategy, Topology
 from strategies.data_parallel import DataParallelStrategy
 from strategies.ddp import DistributedDataParallelStrategy
 from strategies.errors import ConfigError
+from strategies.fsdp import FSDPStrategy
 from strategies.hybrid import HybridStrategy
 from strategies.model_parallel import ModelParallelStrategy
 from strategies.options import OptionSource, RunOptions
 from strategies.pipeline import PipelineStrategy
 from strategies.single import SingleDevice
+from strategies.tensor_parallel import TensorParallelStrategy
+from strategies.zero1 import ZeRO1Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
@@ -18,6 +21,9 @@ STRATEGIES: dict[str, type[Strategy]] = {
         SingleDevice,
         DataParallelStrategy,
         DistributedDataParallelStrategy,
+        ZeRO1Strategy,
+        FSDPStrategy,
+        TensorParallelStrategy,
         ModelParallelStrategy,
         PipelineStrategy,
         HybridStrategy,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -31,6 +31,19 @@ from strategies.devices import devices_for, is_emulated
 from strategies.errors import ConfigError
 from strategies.options import ModelFacts, RunOptions
 from strategies.precision import Precision
+
+
+@dataclass(frozen=True)
+class OptimizerChoice:
+    """The optimizer the run asked for, before a strategy decides how it holds its state."""
+
+    cls: type[torch.optim.Optimizer]
+    """torch.optim.SGD, torch.optim.Adam, ..."""
+    kwargs: dict[str, Any]
+    """Its hyper-parameters (lr, momentum)."""
+
+    def build(self, params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+        return self.cls(params, **self.kwargs)
 
 
 class Launch(enum.Enum):
@@ -125,6 +138,10 @@ class Strategy(ABC):
     @abstractmethod
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         """Places, wraps or splits the model; returns the module the optimizer trains."""
+
+    def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:
+        """The optimizer over ``model``'s parameters (ZeRO-1 shards its state instead)."""
+        return choice.build(model.parameters())
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology

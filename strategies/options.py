@@ -12,8 +12,9 @@ generated, and refuses a flag of a group the chosen strategy does not read:
     PipelineOptions   --schedule --stages-per-rank                       pp, hybrid
     MeshOptions       --dp --pp                                          hybrid
     BucketOptions     --bucket-cap-mb                                    ddp, hybrid
-    DDPOptions        --gradient-as-bucket-view --static-graph           ddp
+    DDPOptions        --gradient-as-bucket-view --static-graph           ddp, zero1
                       --find-unused-parameters --sync-batchnorm
+    FSDPOptions       --reshard-after-forward                            fsdp
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
+
+from models.spec import TensorParallelPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +115,19 @@ class DDPOptions:
     """Convert BatchNorm to SyncBatchNorm (ddp): batch statistics over the global batch."""
 
 
-OPTION_GROUPS: tuple[type, ...] = (RunOptions, SplitOptions, PipelineOptions, MeshOptions, BucketOptions, DDPOptions)
+@dataclass(frozen=True, kw_only=True)
+class FSDPOptions:
+    """How FSDP2 (``fully_shard``) holds the parameters between a block's forward and its backward (fsdp)."""
+
+    key: ClassVar[str] = "fsdp"
+
+    reshard_after_forward: bool = True
+    """fsdp: free each block's gathered parameters after its forward and gather them again for its
+    backward (ZeRO-3); --no-reshard-after-forward keeps them until the backward (ZeRO-2)."""
+
+
+OPTION_GROUPS: tuple[type, ...] = (RunOptions, SplitOptions, PipelineOptions, MeshOptions, BucketOptions, DDPOptions,
+                                   FSDPOptions)
 """Every group, in the order of the table above."""
 
 Group = TypeVar("Group")
@@ -137,3 +152,7 @@ class ModelFacts:
     """Blocks of the model's nn.Sequential (what balance lists and stages cut)."""
     gpus: int
     """GPUs this machine has."""
+    tp_plan: TensorParallelPlan | None = None
+    """The model family's tensor-parallel plan, if it has one."""
+    layer_types: tuple[str, ...] = ()
+    """Class names of the layers that hold parameters other than nn.Linear (what a plan cannot shard)."""

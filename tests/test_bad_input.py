@@ -11,7 +11,7 @@ from tests.helpers.cli import run_bench, run_in_process
 
 BAD_RUNS = [
     (["--strategy", "magic"], f"unknown strategy 'magic'; choose from {', '.join(STRATEGIES)}"),
-    (["--model", "transformer"], "unknown model 'transformer'; choose from mlp, cnn, rnn"),
+    (["--model", "gpt"], "unknown model 'gpt'; choose from mlp, cnn, rnn, transformer"),
     (["--preset", "huge"], "unknown preset 'huge'; choose from tiny, small, large"),
     (["--norm", "layer"], "unknown norm 'layer'; choose from batch, group"),
     (["--optimizer", "lamb"], "unknown optimizer 'lamb'; choose from sgd, adam"),
@@ -35,6 +35,16 @@ BAD_RUNS = [
     (["--strategy", "dp", "--compile"], "--compile: strategy 'dp' cannot compile: nn.DataParallel copies the module"),
     (["--model", "mlp", "--channels-last"], "--channels-last applies to 4-D image inputs (the cnn); model 'mlp' has"),
     (["--peak-tflops", "0"], "--peak-tflops must be positive, got 0.0"),
+    (["--strategy", "tp", "--devices", "2", "--model", "cnn"],
+     "strategy 'tp' needs a tensor-parallel plan and this model has none: no sharding rule for BatchNorm2d, Conv2d"),
+    (["--strategy", "tp", "--devices", "4", "--model", "transformer"],
+     "tensor-parallel degree 4 does not divide attention heads 2 (--devices 4)"),
+    (["--strategy", "tp", "--devices", "3", "--model", "mlp"],
+     "tensor-parallel degree 3 does not divide hidden width 32 (--devices 3)"),
+    (["--strategy", "fsdp", "--devices", "2", "--precision", "fp16"],
+     "--precision fp16 needs a gradient scaler that unscales sharded gradients"),
+    (["--strategy", "ddp", "--devices", "2", "--no-reshard-after-forward"],
+     "--reshard-after-forward is for fsdp, not ddp"),
     (["--strategy", "ddp", "--devices", "2", "--accelerator", "cpu", "--backend", "nccl"],
      "--backend nccl needs CUDA tensors, but this run is on cpu"),
 ]

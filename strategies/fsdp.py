@@ -1,0 +1,124 @@
+"""``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard``), one process per device, started by torchrun.
+
+Each rank keeps 1/N of every parameter, its gradient and its optimizer state (ZeRO, Rajbhandari et
+al. 2020). A block's whole parameters exist only while it computes:
+
+    forward of block b    all-gather b's shards -> compute -> free them (ZeRO-3) or keep them (ZeRO-2)
+    backward of block b   (all-gather again, ZeRO-3) -> compute -> reduce-scatter b's gradients into shards
+    optimizer step        each rank updates its own shards: no communication
+
+Every block is sharded on its own, then the root (what is left: none here, the blocks are the
+model), as torchtitan's ``apply_fsdp`` does, so that one block's gather overlaps the previous
+block's compute. The batch is split as in ``ddp``; a reduce-scatter of the mean gradient is the
+all-reduce's result, sharded, so N ranks train like one device (tests/test_fsdp.py).
+
+bf16 goes through FSDP2's own policy (parameters cast to bf16 for compute, gradients reduced in
+fp32), not autocast: the policy is what FSDP2 users run, and it is recorded with the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from models.spec import ModelSpec
+from strategies.base import Launch, Strategy, Topology
+from strategies.distributed import backend
+from strategies.errors import ConfigError
+from strategies.options import FSDPOptions, ModelFacts, RunOptions
+from strategies.shards import check_divisible, shard_range
+
+ZERO_STAGE = {True: "ZeRO-3", False: "ZeRO-2"}
+"""What --reshard-after-forward makes FSDP2: parameters freed after the forward, or kept to the backward."""
+
+
+def apply_fsdp(blocks: nn.Sequential, device: torch.device, *, reshard_after_forward: bool = True,
+               param_dtype: torch.dtype | None = None) -> nn.Module:
+    """Shards each block of ``blocks`` and then the root over all ranks (the process group must exist)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    blocks = blocks.to(device)
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None,
+                                  output_dtype=torch.float32 if param_dtype else None)
+    for block in blocks:
+        if any(p.requires_grad for p in block.parameters()):
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    # The root's own parameters: none left here, but the root also runs the last reduce-scatters.
+    return fully_shard(blocks, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+
+
+def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's whole state (each shard gathered), keyed like ``ModelSpec.blocks``; every rank must call."""
+    return {key: value.full_tensor() if hasattr(value, "full_tensor") else value
+            for key, value in model.state_dict().items()}
+
+
+class FSDPStrategy(Strategy):
+    """FSDP2: parameters, gradients and optimizer state sharded over the ranks, gathered block by block."""
+
+    name = "fsdp"
+    launch = Launch.PER_DEVICE
+    description = "FSDP2 (fully_shard): one process per device; --no-reshard-after-forward for ZeRO-2"
+    reads: ClassVar[tuple[type, ...]] = (FSDPOptions,)
+    fp16_refusal = ("needs a gradient scaler that unscales sharded gradients, and FSDP2's own mixed precision "
+                    "is bf16 or fp32 here; use --precision bf16 (no loss scaling needed)")
+    compile_refusal = "the suite compiles blocks before wrapping; fully_shard over compiled blocks is not tested here"
+
+    def __init__(self, run: RunOptions, *, fsdp: FSDPOptions) -> None:
+        super().__init__(run)
+        self.fsdp = fsdp
+
+    def validate(self, facts: ModelFacts) -> None:
+        batch, ranks = self.run.global_batch, self.run.devices
+        try:
+            check_divisible(batch, ranks)
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (--batch-size {batch}, --devices {ranks})") from None
+
+    @property
+    def param_dtype(self) -> torch.dtype | None:
+        return torch.bfloat16 if self.run.precision == "bf16" else None
+
+    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
+        return apply_fsdp(spec.blocks, topo.devices[0], reshard_after_forward=self.fsdp.reshard_after_forward,
+                          param_dtype=self.param_dtype)
+
+    def shard_batch(
+        self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        start, stop = shard_range(len(inputs), topo.rank, topo.world_size)
+        return super().shard_batch(inputs[start:stop], targets[start:stop], topo)
+
+    def train_step(
+        self,
+        model: nn.Module,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        loss_fn: nn.Module,
+        optimizer: torch.optim.Optimizer,
+    ) -> torch.Tensor:
+        # No autocast: FSDP2's policy casts the parameters, and returns fp32 outputs for the loss.
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return full_state(model)
+
+    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
+        dtype = self.param_dtype
+        return {
+            "backend": backend(),
+            "per_rank_batch_size": self.run.global_batch // self.run.devices,
+            "reshard_after_forward": self.fsdp.reshard_after_forward,
+            "zero_stage": ZERO_STAGE[self.fsdp.reshard_after_forward],
+            "mixed_precision": {"param_dtype": str(dtype) if dtype else "float32",
+                                "reduce_dtype": "float32"},
+        }

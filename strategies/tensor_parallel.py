@@ -1,0 +1,83 @@
+"""``tp``: tensor parallelism (``torch.distributed.tensor.parallel``), one process per device.
+
+Every rank sees the whole batch and holds a slice of the sharded Linear layers, paired as
+Megatron-LM pairs them (the model family's ``TensorParallelPlan`` names them):
+
+    x (whole, every rank) -> colwise W1[:, slice r] -> act -> rowwise W2[slice r, :] -> partial y_r
+                                                                     all-reduce: y = sum_r y_r
+
+    one all-reduce per pair in the forward, and one in the backward (for dL/dx of the colwise input)
+
+What the plan does not name stays replicated: every rank computes it on the same data and gets the
+same gradient, so it needs no communication either. The optimizer steps each rank's slices (DTensors)
+and its replicated copies alike; N ranks train like one device (tests/test_tensor_parallel.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from models.spec import COLWISE, ModelSpec, TensorParallelPlan
+from strategies.base import Launch, Strategy, Topology
+from strategies.distributed import backend
+from strategies.errors import ConfigError
+from strategies.fsdp import full_state
+from strategies.options import ModelFacts, RunOptions
+
+
+def plan_refusal(plan: TensorParallelPlan | None, layer_types: Sequence[str]) -> str | None:
+    """Why ``tp`` cannot run a model (no plan: the layer types no rule shards), or None."""
+    if plan is not None:
+        return None
+    layers = ", ".join(layer_types) or "its layers"
+    return (f"strategy 'tp' needs a tensor-parallel plan and this model has none: no sharding rule for {layers} "
+            "(the mlp and transformer families have plans)")
+
+
+def apply_tp(blocks: nn.Sequential, plan: TensorParallelPlan, device: torch.device) -> nn.Module:
+    """Shards the Linear layers ``plan`` names over all ranks (the process group must exist)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    blocks = blocks.to(device)
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    styles = {path: ColwiseParallel() if style == COLWISE else RowwiseParallel() for path, style in plan.styles.items()}
+    return parallelize_module(blocks, mesh, styles)
+
+
+class TensorParallelStrategy(Strategy):
+    """Tensor parallel: column-then-row-wise Linear pairs sharded over the ranks, the batch whole on each."""
+
+    name = "tp"
+    min_devices = 2
+    launch = Launch.PER_DEVICE
+    description = "tensor parallel (parallelize_module, column- then row-wise pairs): one process per device"
+
+    def __init__(self, run: RunOptions) -> None:
+        super().__init__(run)
+        self.plan: TensorParallelPlan | None = None
+
+    def validate(self, facts: ModelFacts) -> None:
+        if (refusal := plan_refusal(facts.tp_plan, facts.layer_types)) is not None:
+            raise ConfigError(refusal)
+        assert facts.tp_plan is not None
+        try:
+            facts.tp_plan.check_degree(self.run.devices)
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (--devices {self.run.devices})") from None
+
+    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
+        if spec.tp_plan is None:  # validate said so before any process started; a user's own torchrun did not
+            raise ConfigError(plan_refusal(None, ()) or "")
+        self.plan = spec.tp_plan
+        return apply_tp(spec.blocks, spec.tp_plan, topo.devices[0])
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return full_state(model)
+
+    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
+        return {"backend": backend(), "tp": self.run.devices,
+                "sharded_layers": len(self.plan.styles) if self.plan else 0}

@@ -1,0 +1,40 @@
+"""``zero1``: DDP with the optimizer state sharded (ZeRO stage 1), one process per device.
+
+Gradients are all-reduced as in ``ddp``; then each rank steps only the parameters it owns (about
+1/N of them, whole tensors, ``ZeroRedundancyOptimizer``'s greedy partition) and broadcasts them to
+the others. Its optimizer state is 1/N of DDP's; parameters and gradients stay whole:
+
+    ddp     every rank: params P, grads P, optimizer state S
+    zero1   every rank: params P, grads P, optimizer state ~S/N, + one broadcast of P per step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from strategies.base import OptimizerChoice
+from strategies.ddp import DistributedDataParallelStrategy
+
+
+def sharded_optimizer(params: object, choice: OptimizerChoice) -> torch.optim.Optimizer:
+    """``choice`` with its state partitioned over the ranks (the process group must exist)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return ZeroRedundancyOptimizer(params, optimizer_class=choice.cls, **choice.kwargs)
+
+
+class ZeRO1Strategy(DistributedDataParallelStrategy):
+    """DistributedDataParallel with ZeroRedundancyOptimizer: optimizer state sharded over the ranks."""
+
+    name = "zero1"
+    description = "DDP with the optimizer state sharded (ZeroRedundancyOptimizer, ZeRO-1): one process per device"
+
+    def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:
+        return sharded_optimizer(model.parameters(), choice)
+
+    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
+        return {**super().record_fields(model, per_rank), "zero_stage": "ZeRO-1",
+                "optimizer": "torch.distributed.optim.ZeroRedundancyOptimizer"}

@@ -1,0 +1,92 @@
+"""``fsdp``, ``zero1``, ``tp``: equivalence with one device on 2 gloo ranks, and memory by kind as theory says."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import models
+from bench.config import RunConfig, resolve
+from bench.runner import global_losses
+from tests.helpers.equivalence import assert_matches_reference, reference
+from tests.helpers.ranks import merged_state, run_ranks_sequence
+
+
+def _config(tmp_path: Path, strategy: str, model: str, **kw: object) -> RunConfig:
+    return resolve(RunConfig(strategy=strategy, devices=2, model=model, preset="tiny", norm="group", steps=2,
+                             warmup=1, accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
+
+
+# fsdp and zero1 apply to every family; tp to those with a plan. ZeRO-2 and ZeRO-3 both appear.
+EQUIVALENT = [
+    ("fsdp", "mlp", {}), ("fsdp", "transformer", {"reshard_after_forward": False}), ("fsdp", "rnn", {}),
+    ("fsdp", "cnn", {}), ("zero1", "mlp", {}), ("zero1", "cnn", {}), ("zero1", "rnn", {}),
+    ("zero1", "transformer", {}), ("tp", "mlp", {}), ("tp", "transformer", {}),
+]
+
+
+@pytest.mark.distributed
+def test_fsdp_zero1_and_tp_train_like_one_device(tmp_path: Path) -> None:
+    configs = [_config(tmp_path, strategy, model, **kw) for strategy, model, kw in EQUIVALENT]
+    runs = run_ranks_sequence(configs, 2, tmp_path)
+    for config, results in zip(configs, runs, strict=True):
+        losses = global_losses(results[0].ranks)
+        assert len(losses) == 3 and losses[0] != losses[-1], config.strategy
+        assert_matches_reference(losses, merged_state(results), reference(config))
+    fsdp_mlp, fsdp_transformer, tp_mlp = runs[0][0], runs[1][0], runs[8][0]
+    assert fsdp_mlp.strategy_fields["zero_stage"] == "ZeRO-3"
+    assert fsdp_transformer.strategy_fields["zero_stage"] == "ZeRO-2"
+    assert tp_mlp.strategy_fields == {"backend": "gloo", "tp": 2, "sharded_layers": 4}
+    # tp: every rank saw the whole batch, so both report the same loss; fsdp: each its own half.
+    assert tp_mlp.ranks[0].losses == tp_mlp.ranks[1].losses
+    assert fsdp_mlp.ranks[0].losses != fsdp_mlp.ranks[1].losses
+
+
+def _bytes(state: dict, names: list[str]) -> int:
+    return sum(state[n].numel() * 4 for n in names)
+
+
+def _expected_tp_parameter_bytes(model: str) -> float:
+    """The bytes one of 2 tp ranks holds: column-wise layers' weights and biases halved, row-wise
+    layers' weights halved (their bias is added once, after the all-reduce, so it stays whole)."""
+    spec = models.build_model(model, "tiny")
+    state = spec.blocks.state_dict()
+    total = _bytes(state, [k for k in state if state[k].is_floating_point()])
+    assert spec.tp_plan is not None
+    halved = 0
+    for path, style in spec.tp_plan.styles.items():
+        halved += _bytes(state, [f"{path}.weight"]) / 2
+        if style == "colwise":
+            halved += _bytes(state, [f"{path}.bias"]) / 2
+    return total - halved
+
+
+@pytest.mark.distributed
+def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Path) -> None:
+    strategies = [("ddp", {}), ("zero1", {}), ("fsdp", {"reshard_after_forward": False}), ("fsdp", {}), ("tp", {})]
+    configs = [_config(tmp_path, strategy, "transformer", **kw) for strategy, kw in strategies]
+    runs = run_ranks_sequence(configs, 2, tmp_path)
+    memory = [results[0].ranks[0].memory_by_kind[0] for results in runs]
+    ddp, zero1, zero2, zero3, tp = memory
+    assert (ddp["tracker"], zero2["tracker"], zero3["tracker"]) == ("MemTracker", "FSDPMemTracker", "FSDPMemTracker")
+    whole = sum(v.numel() * 4 for v in reference(configs[0])[1].values())
+    assert ddp["parameters"] == ddp["gradients"] == ddp["optimizer_state"] == whole  # SGD momentum: one buffer
+
+    def half(value: float, of: float) -> bool:
+        return math.isclose(value, of / 2, rel_tol=0.10)
+
+    # ZeRO-1: the optimizer state only (ddp, the same step with the state unsharded, fails the check).
+    assert not half(ddp["optimizer_state"], whole)
+    assert half(zero1["optimizer_state"], whole) and zero1["parameters"] == zero1["gradients"] == whole
+    # ZeRO-2 and ZeRO-3: each rank's own shards of parameters, gradients and optimizer state.
+    for zero in (zero2, zero3):
+        assert half(zero["parameters"], whole) and half(zero["gradients"], whole), zero
+        assert half(zero["optimizer_state"], whole), zero
+    # ZeRO-2 keeps every block's gathered parameters from its forward to its backward; ZeRO-3 frees them.
+    assert zero2["gathered_parameters"] > zero3["gathered_parameters"]
+    # tp: the sharded layers' parameters halve, and gradients and momentum follow them.
+    expected = _expected_tp_parameter_bytes("transformer")
+    assert math.isclose(tp["parameters"], expected, rel_tol=0.10), (tp["parameters"], expected, whole)
+    assert tp["parameters"] == tp["gradients"] == tp["optimizer_state"]
