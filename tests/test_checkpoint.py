@@ -68,12 +68,12 @@ def test_saved_under_one_strategy_loaded_under_every_other(tmp_path: Path) -> No
                   for name, n in (("single", 1), ("mp", 2), ("dp", 2))}
     losses = {name: global_losses(train(config).ranks) for name, config in in_process.items()}
     per_device = {name: _saved(dataclasses.replace(resumed, strategy=name, devices=2), tmp_path / f"{name}.pt")
-                  for name in ("ddp", "pp")}
+                  for name in ("ddp", "pp", "zero1", "fsdp", "tp")}
     for name, results in zip(per_device, run_ranks_sequence(list(per_device.values()), 2, tmp_path), strict=True):
         losses[name] = global_losses(results[0].ranks)
 
     want = load_checkpoint(tmp_path / "single.pt")
-    for name in ("mp", "dp", "ddp", "pp"):
+    for name in ("mp", "dp", "ddp", "pp", "zero1", "fsdp", "tp"):
         got = load_checkpoint(tmp_path / f"{name}.pt", model="mlp", preset="tiny")
         assert list(got) == list(want), name  # same keys, same order: no "module." prefix, stages merged
         for key, value in want.items():
