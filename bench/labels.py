@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from strategies import STRATEGIES
-from strategies.options import PipelineOptions, SplitOptions
+from strategies.options import FSDPOptions, PipelineOptions, SplitOptions
 from strategies.precision import default_precision
 
 
@@ -23,6 +23,8 @@ def variant(config: dict[str, object]) -> str:
         shown.append(f"m={config.get('microbatches')}")
     if PipelineOptions in reads and config.get("stages_per_rank", 1) != 1:
         shown.append(f"v={config['stages_per_rank']}")
+    if FSDPOptions in reads:
+        shown.append("ZeRO-3" if config.get("reshard_after_forward", True) else "ZeRO-2")
     if SplitOptions in reads and config.get("balance", "even") != "even":
         shown.append(f"balance={config['balance']}")
     shown += knob_labels(config)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bench.config import RunConfig, resolve, unread_groups_reset
 from bench.labels import run_label
 from strategies import STRATEGIES, ConfigError, Strategy
-from strategies.options import PipelineOptions, SplitOptions
+from strategies.options import FSDPOptions, PipelineOptions, SplitOptions
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class SweepConfig:
     """Micro-batch counts, for strategies that take them."""
     schedules: tuple[str, ...] = ("gpipe",)
     """Pipeline schedules, for strategies that take them."""
+    reshard_after_forward: tuple[bool, ...] = (True, False)
+    """fsdp's modes: True is ZeRO-3, False ZeRO-2."""
     run_timeout_s: float = 600.0
     """Wall-clock limit of one configuration, start-up included."""
     repeats: int = 1
@@ -101,12 +103,15 @@ def _baselines(sweep: SweepConfig, grid: list[PlannedRun]) -> list[PlannedRun]:
 
 
 def _axes(sweep: SweepConfig, cls: type[Strategy]) -> dict[str, tuple[object, ...]]:
-    """The sweep's axes that ``cls`` reads: micro-batches for strategies that split, schedules for pipelines."""
+    """The sweep's axes that ``cls`` reads: micro-batches for strategies that split, schedules for pipelines,
+    ZeRO-3 and ZeRO-2 for fsdp."""
     axes: dict[str, tuple[object, ...]] = {}
     if SplitOptions in cls.reads:
         axes["microbatches"] = sweep.microbatches
     if PipelineOptions in cls.reads:
         axes["schedule"] = sweep.schedules
+    if FSDPOptions in cls.reads:
+        axes["reshard_after_forward"] = sweep.reshard_after_forward
     return axes
 
 

@@ -128,6 +128,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--microbatches", type=comma_list(int), default=(1, 4), help="for mp and pp (default: 1,4)")
     parser.add_argument("--schedules", type=comma_list(str), default=("gpipe",), help="for pipelines (default: gpipe)")
+    parser.add_argument("--reshard-after-forward", type=comma_list(_true_or_false), default=(True, False),
+                        help="for fsdp: true (ZeRO-3), false (ZeRO-2) or both (default: true,false)")
     parser.add_argument("--run-timeout-s", type=float, default=600.0, help="limit per configuration (default: 600)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of every configuration, each a fresh process, round by round: the report's "
@@ -141,7 +143,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 # Fields that the sweep sets per point rather than taking from the command line.
-SWEPT_FIELDS = ("strategy", "model", "devices", "microbatches", "schedule", "scaling", "repeat")
+SWEPT_FIELDS = ("strategy", "model", "devices", "microbatches", "schedule", "reshard_after_forward", "scaling",
+                "repeat")
+
+
+def _true_or_false(text: str) -> bool:
+    if text.strip().lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.strip().lower() == "true"
+
+
+_true_or_false.__name__ = "true/false"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -162,6 +174,7 @@ def main(args: argparse.Namespace) -> int:
             devices=args.devices or default_device_counts(resolved_base.accelerator),
             base=dataclasses.replace(base, accelerator=resolved_base.accelerator),
             scaling=args.scaling, microbatches=args.microbatches, schedules=args.schedules,
+            reshard_after_forward=args.reshard_after_forward,
             run_timeout_s=args.run_timeout_s, repeats=args.repeats,
         )
         for name in sweep.strategies:

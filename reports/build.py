@@ -13,7 +13,9 @@ from reports.load import Results, load, run_label
 from reports.render import Section, write_html, write_markdown
 from reports.tables import (
     bubble_table,
+    data_parallel_family,
     fastest,
+    fastest_within_memory,
     hybrid_vs_parts,
     memory_by_kind,
     results_table,
@@ -68,15 +70,28 @@ def build_report(results: Results, out: Path) -> list[Path]:
         memory = [figures.memory(runs, out), figures.throughput_vs_memory(runs, out)]
         by_kind = memory_by_kind(runs)
         text = [
-            "By kind: MiB that the largest device of each configuration held at the peak of its first warm-up step, "
-            "as torch's MemTracker sorts the step's tensors (parameters, gradients, optimizer state, activations, "
-            "temporaries such as DDP's communication buckets). Strategies whose step the tracker cannot follow "
+            "By kind: MiB that the largest device of each configuration held over its first warm-up step, as "
+            "torch's MemTracker (FSDPMemTracker for fsdp) sorts the step's tensors (parameters, gradients, "
+            "optimizer state, activations, temporaries such as DDP's communication buckets): each kind at the "
+            "larger of its value at the step's peak and at its end, `total` at the peak. Strategies whose step "
+            "the tracker cannot follow "
             "(the pipelines) are absent. The figures below show the allocator's peak on GPUs and the process's "
             "peak RSS on CPUs, which there is mostly the runtime."] if not by_kind.empty else []
-        sections.append(Section("Memory", text, [by_kind] if not by_kind.empty else [], _present(memory)))
-        compare = _present([figures.dp_vs_ddp(runs, out)])
-        if compare:
-            sections.append(Section("nn.DataParallel vs DistributedDataParallel", [], [], compare))
+        frontier = fastest_within_memory(runs)
+        if not frontier.empty:
+            text.append("Fastest within a memory budget: for each model, device count and global batch, each "
+                        "budget per device (a configuration's tracked peak) and the fastest configuration that "
+                        "fits in it; only budgets that buy speed are listed.")
+        sections.append(Section("Memory", text, [t for t in (by_kind, frontier) if not t.empty], _present(memory)))
+        family = data_parallel_family(runs)
+        if not family.empty:
+            sections.append(Section("Data-parallel family", [
+                "Strategies that split the batch: ddp keeps everything whole on every device; zero1 shards the "
+                "optimizer state; fsdp ZeRO-2 also the gradients and parameters between steps; ZeRO-3 also "
+                "frees each block's gathered parameters after its forward (gathering them again for the "
+                "backward). Memory is the tracked MiB per device (see Memory); `gathered parameters` is what "
+                "fsdp's all-gathers held at the peak.", *_emulation_note(emulated)], [family],
+                _present([figures.data_parallel_family(runs, out)])))
         pipeline = _present([figures.bubbles(runs, out), _timeline(results, out)])
         if pipeline:
             sections.append(Section("Pipelines", [

@@ -133,15 +133,18 @@ def mfu(runs: pd.DataFrame, out: Path) -> Path | None:
     return _finish(grid.figure, "Model FLOPs utilisation", data, out / "mfu.png")
 
 
-def dp_vs_ddp(runs: pd.DataFrame, out: Path) -> Path | None:
-    """nn.DataParallel against DistributedDataParallel at equal device counts."""
-    data = runs[runs["strategy"].isin(["dp", "ddp"])]
+def data_parallel_family(runs: pd.DataFrame, out: Path) -> Path | None:
+    """dp, ddp, zero1 and fsdp's two modes at equal device counts: throughput, and memory per device."""
+    data = runs[runs["strategy"].isin(["dp", "ddp", "zero1", "fsdp"])]
     if data["strategy"].nunique() < 2:
         return None
-    grid = sns.catplot(data=data, x="devices", y="samples_per_s", hue="strategy", col="panel", kind="bar",
-                       sharey=False, height=3.4, errorbar=None)
-    return _finish(grid.figure, "nn.DataParallel vs DistributedDataParallel", data,
-                   out / "dp_vs_ddp.png")
+    long = data.melt(id_vars=["panel", "devices", "variant"], value_vars=["samples_per_s", "mem_total_mib"],
+                     var_name="figure", value_name="value")
+    long["figure"] = long["figure"].map({"samples_per_s": "samples/s", "mem_total_mib": "tracked MiB per device"})
+    grid = sns.catplot(data=long, x="devices", y="value", hue="variant", col="panel", row="figure", kind="bar",
+                       sharey=False, height=3.0, errorbar=None)
+    grid.set_titles("{col_name}: {row_name}")
+    return _finish(grid.figure, "Data-parallel family: throughput and memory", data, out / "data_parallel.png")
 
 
 def bubbles(runs: pd.DataFrame, out: Path) -> Path | None:

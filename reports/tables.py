@@ -225,3 +225,44 @@ def bubble_table(runs: pd.DataFrame) -> pd.DataFrame:
     table = data.groupby(keys, dropna=False, sort=True)[
         ["bubble_theoretical", "bubble_measured", "update_fraction"]].median().reset_index()
     return table.rename(columns={"stages_per_rank": "v", "microbatches": "m"}).round(3)
+
+
+DATA_PARALLEL = ("dp", "ddp", "zero1", "fsdp")
+"""Strategies that split the batch and hold (a share of) every layer: what the data-parallel section compares."""
+
+
+def data_parallel_family(runs: pd.DataFrame) -> pd.DataFrame:
+    """ddp, zero1 and fsdp (ZeRO-2, ZeRO-3), and dp where it ran, side by side: throughput and speed-up
+    with their intervals, and the MiB per device of each kind the sharding changes."""
+    data = runs[runs["strategy"].isin(DATA_PARALLEL)]
+    if data["strategy"].nunique() < 2:
+        return pd.DataFrame()
+    table = data.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False]).copy()
+    table["samples/s"] = [with_interval(v, lo, hi, 1) for v, lo, hi in
+                          zip(table["samples_per_s"], table["samples_per_s_low"], table["samples_per_s_high"],
+                              strict=True)]
+    table["speedup vs single"] = [with_interval(v, lo, hi) for v, lo, hi in
+                                  zip(table["speedup"], table["speedup_low"], table["speedup_high"], strict=True)]
+    kinds = {f"mem_{k}_mib": f"{k.replace('_', ' ')} MiB" for k in
+             ("parameters", "gathered_parameters", "gradients", "optimizer_state", "activations", "total")}
+    columns = ["panel", "devices", "variant", "global_batch", "samples/s", "speedup vs single", *kinds, "emulated"]
+    return table[[c for c in columns if c in table.columns]].rename(columns=kinds).round(3)
+
+
+def fastest_within_memory(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per model, device count and global batch: for each memory budget per device (the tracked peak of
+    some configuration), the fastest configuration whose peak fits in it. A row appears only where the
+    budget admits a faster configuration than every smaller budget did: the speed/memory frontier."""
+    tracked = runs.dropna(subset=["mem_total_mib"])
+    if "disturbed" in tracked:
+        tracked = tracked[~_left_out(tracked)] if not _left_out(tracked).all() else tracked
+    rows = []
+    for (panel, devices, batch), group in tracked.groupby(["panel", "devices", "global_batch"], sort=True):
+        best = 0.0
+        for row in group.sort_values(["mem_total_mib", "samples_per_s"], ascending=[True, False]).itertuples():
+            if row.samples_per_s > best:
+                best = row.samples_per_s
+                rows.append({"panel": panel, "devices": devices, "global_batch": batch,
+                             "memory budget per device (MiB)": round(row.mem_total_mib, 3),
+                             "fastest that fits": row.variant, "samples/s": round(row.samples_per_s, 1)})
+    return pd.DataFrame(rows)

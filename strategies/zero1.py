@@ -30,6 +30,7 @@ class ZeRO1Strategy(DistributedDataParallelStrategy):
     """DistributedDataParallel with ZeroRedundancyOptimizer: optimizer state sharded over the ranks."""
 
     name = "zero1"
+    min_devices = 2  # sharded over one rank, nothing is sharded
     description = "DDP with the optimizer state sharded (ZeroRedundancyOptimizer, ZeRO-1): one process per device"
 
     def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:

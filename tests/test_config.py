@@ -11,7 +11,7 @@ import bench.cli
 from bench.config import RunConfig, from_json, resolve, to_json, unread_groups_reset
 from bench.launch import RESOLVED_CONFIG_VARIABLE
 from strategies import STRATEGIES, ConfigError, build_strategy, readers
-from strategies.options import OPTION_GROUPS, DDPOptions, PipelineOptions, RunOptions, SplitOptions
+from strategies.options import OPTION_GROUPS, DDPOptions, FSDPOptions, PipelineOptions, RunOptions, SplitOptions
 
 GROUP_FIELDS = {f.name for group in OPTION_GROUPS for f in dataclasses.fields(group)}
 
@@ -33,10 +33,10 @@ def test_a_strategy_receives_exactly_the_groups_it_reads() -> None:
     ("changes", "message"),
     [
         ({"strategy": "mp", "devices": 2, "schedule": "1f1b"}, "--schedule 1f1b is for pp, hybrid, not mp"),
-        ({"strategy": "dp", "sync_batchnorm": True}, "--sync-batchnorm is for ddp, not dp"),
+        ({"strategy": "dp", "sync_batchnorm": True}, "--sync-batchnorm is for ddp, zero1, not dp"),
         ({"strategy": "single", "microbatches": 2}, "--microbatches 2 is for mp, pp, hybrid, not single"),
         ({"strategy": "pp", "devices": 2, "dp": 2}, "--dp 2 is for hybrid, not pp"),
-        ({"strategy": "hybrid", "devices": 4, "static_graph": True}, "--static-graph is for ddp, not hybrid"),
+        ({"strategy": "hybrid", "devices": 4, "static_graph": True}, "--static-graph is for ddp, zero1, not hybrid"),
     ],
 )
 def test_a_flag_of_a_group_the_strategy_does_not_read_is_refused_naming_who_reads_it(
@@ -49,7 +49,8 @@ def test_a_flag_of_a_group_the_strategy_does_not_read_is_refused_naming_who_read
 
 
 def test_readers_follow_the_declarations() -> None:
-    assert readers(DDPOptions) == ["ddp"]
+    assert readers(DDPOptions) == ["ddp", "zero1"]
+    assert readers(FSDPOptions) == ["fsdp"]
     assert readers(RunOptions) == list(STRATEGIES)
 
 

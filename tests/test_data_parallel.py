@@ -81,5 +81,5 @@ def test_rnns_flatten_their_weights_before_each_forward() -> None:
 def test_sync_batchnorm_is_refused_for_dp(tmp_path: Path) -> None:
     from strategies import ConfigError
 
-    with pytest.raises(ConfigError, match="--sync-batchnorm is for ddp, not dp"):
+    with pytest.raises(ConfigError, match="--sync-batchnorm is for ddp, zero1, not dp"):
         _config(tmp_path, model="cnn", sync_batchnorm=True)

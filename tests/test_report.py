@@ -90,7 +90,7 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
     written = build_report(load([results_file]), out)
     names = {p.name for p in written}
     assert names == {"report.md", "report.html", "throughput.png", "scaling.png", "memory.png",
-                     "throughput_vs_memory.png", "dp_vs_ddp.png",
+                     "throughput_vs_memory.png", "data_parallel.png",
                      "bubbles.png", "pipeline_timeline.png"}
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
@@ -98,6 +98,11 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
     bubbles = (out / "bubbles.csv").read_text()
     assert "pp gpipe" in bubbles  # one line per strategy and schedule
     md = (out / "report.md").read_text()
+    # The data-parallel family side by side, and the speed/memory frontier.
+    assert "## Data-parallel family" in md
+    assert "| mlp/small | 2 | fsdp (ZeRO-3) | 64 | 150.0 [148.5, 151.5] | 1.50 [1.50, 1.50] | 2 | 0 | 2 | 2 |" in md
+    assert "| mlp/small | 2 | 64 | 12 | fsdp (ZeRO-3) | 150 |" in md
+    assert "| mlp/small | 2 | 64 | 20 | zero1 | 170 |" in md
     # The pipeline table: theoretical and measured bubble side by side, per configuration.
     assert "| mlp/small | pp | gpipe | 2 | 1 | 4 | 0.2 | 0.3 |" in md
     assert "EMULATED" in md

@@ -15,6 +15,7 @@ def record(strategy: str, devices: int, samples_per_s: float, model: str = "mlp"
            disturbed: bool = False, **fields) -> dict:
     batch = BATCH
     step_ms = batch / samples_per_s * 1e3
+    memory = fields.pop("memory_by_kind", None)
     config = {"strategy": strategy, "model": model, "preset": "small", "devices": devices, "scaling": "strong",
               "norm": fields.pop("norm", "group"),
               "microbatches": fields.pop("microbatches", 1), "schedule": fields.pop("schedule", "gpipe"),
@@ -28,6 +29,7 @@ def record(strategy: str, devices: int, samples_per_s: float, model: str = "mlp"
         "samples_per_s_per_device": samples_per_s / devices, "peak_mem_bytes": [2**30] * devices,
         "peak_mem_source": "process_peak_rss", "losses": [2.3, 2.2], "loss_first": 2.3, "loss_last": 2.2,
         "flops_per_sample": 1000, "mfu": None, "strategy_fields": fields, "disturbed": disturbed,
+        "memory_by_kind": memory,
         "env": {"hostname": "testhost", "torch": "2.14.1", "gpu_names": [], "cpu_model": "Test CPU", "cpu_cores": 2},
     }
 
@@ -46,6 +48,12 @@ HYBRID_PARTS = {
 }
 
 
+def tracked(parameters: float, gradients: float, optimizer_state: float, total: float) -> list[dict]:
+    """One device's memory by kind, in MiB, as bench/memory.py records it (in bytes)."""
+    mib = {"parameters": parameters, "gradients": gradients, "optimizer_state": optimizer_state, "total": total}
+    return [{"device": "cpu", "rank": 0, "tracker": "MemTracker", **{k: int(v * 2**20) for k, v in mib.items()}}]
+
+
 def repeated(strategy: str, devices: int, samples_per_s: float, **fields: object) -> list[dict]:
     """A configuration's runs, one per round of ROUNDS."""
     return [record(strategy, devices, samples_per_s * drift, repeat=r, **fields) for r, drift in enumerate(ROUNDS)]
@@ -55,6 +63,8 @@ RECORDS = [
     *repeated("single", 1, 100.0),
     *repeated("ddp", 2, 180.0),
     *repeated("dp", 2, 120.0),
+    *repeated("zero1", 2, 170.0, memory_by_kind=tracked(4, 4, 2, 20)),
+    *repeated("fsdp", 2, 150.0, memory_by_kind=tracked(2, 2, 2, 12)),
     *repeated("mp", 2, 90.0),
     *repeated("pp", 2, 250.0, microbatches=4, measured_bubble_fraction=0.3, theoretical_bubble_fraction=0.2,
               timeline=TIMELINE),
