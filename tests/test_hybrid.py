@@ -82,7 +82,7 @@ BAD = [
      "schedule 'interleaved-1f1b' needs at least 2 stage(s) per rank, got --stages-per-rank 1"),
     (["--devices", "4", "--schedule", "looped-bfs", "--stages-per-rank", "3"], "cannot split 5 blocks into 6 stages"),
     (["--devices", "4", "--balance", "3,1,1"], "balance [3, 1, 1] has 3 stages, but the run has 2"),
-    (["--devices", "4", "--sync-batchnorm"], "--sync-batchnorm is for ddp, not hybrid"),
+    (["--devices", "4", "--sync-batchnorm"], "--sync-batchnorm is for ddp, zero1, not hybrid"),
     (["--devices", "4", "--pp", "0"], "--pp must be at least 1, got 0"),
 ]
 
