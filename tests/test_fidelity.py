@@ -71,18 +71,18 @@ def test_the_fsdp_comparison_gives_the_plain_script_the_same_resharding_and_repo
 ) -> None:
     handed = []
 
-    def side_by_side(config: RunConfig, rounds: int, plain: object) -> tuple[list[float], list[float]]:
-        handed.append((config, rounds, plain))
+    def side_by_side(config: RunConfig, rounds: int, script: object) -> tuple[list[float], list[float]]:
+        handed.append((config, rounds, script))
         return [0.010, 0.030, 0.011], [0.012, 0.010, 0.050]
 
     monkeypatch.setattr(loops, "_side_by_side", side_by_side)
     config = resolve(RunConfig(strategy="fsdp", devices=2, model="mlp", preset="tiny", batch_size=8,
                                accelerator="cpu", reshard_after_forward=reshard, out=str(tmp_path / "f.jsonl")))
     result = fsdp_vs_plain_fsdp(config, rounds=3)
-    ((given, rounds, plain),) = handed
+    ((given, rounds, script),) = handed
     assert given is config and rounds == 3
-    assert isinstance(plain, functools.partial) and plain.func is loops.plain_fsdp_step_times
-    assert plain.keywords == {"reshard_after_forward": reshard}
+    assert isinstance(script, functools.partial) and script.func is loops.plain_fsdp_step_times
+    assert script.keywords == {"reshard_after_forward": reshard}
     assert (result.comparison, result.name) == ("fsdp-vs-plain-fsdp", "fsdp vs plain FSDP2 script (2 processes)")
     assert (result.suite_ms, result.baseline_ms) == pytest.approx((11.0, 12.0))
     assert result.setup == Setup("mlp", "tiny", 2, "cpu", 8) and result.target == "within 3%"

@@ -100,7 +100,7 @@ PROCESSES = 2
 """Ranks of the ddp and fsdp comparisons: each suite strategy and its tutorial script on 2 processes."""
 
 PlainStepTimes = Callable[[str, str, int, int, int, int, str], list[float]]
-"""A hand-written script's step times: (model, preset, global batch, steps, warmup, seed, device) -> s."""
+"""A hand-written script: (model, preset, global batch, steps, warmup, seed, device) -> seconds per timed step."""
 
 
 def ddp_fidelity_config(config: RunConfig) -> RunConfig | None:
@@ -143,28 +143,28 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
 def fsdp_vs_plain_fsdp(config: RunConfig, rounds: int) -> Comparison:
     """The ``fsdp`` strategy on 2 processes against the FSDP2 tutorial's script, same model, global
     batch and resharding; measured as ``ddp_vs_plain_ddp`` is, ``config`` from ``fsdp_fidelity_config``."""
-    plain = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
-    suite, plain_times = _side_by_side(config, rounds, plain)
+    script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
+    suite, plain = _side_by_side(config, rounds, script)
     return Comparison(
         "fsdp-vs-plain-fsdp",
         f"fsdp vs plain FSDP2 script ({PROCESSES} processes)",
         Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
         statistics.median(suite) * 1e3,
-        statistics.median(plain_times) * 1e3,
+        statistics.median(plain) * 1e3,
         tolerance=0.03,
     )
 
 
-def _side_by_side(config: RunConfig, rounds: int, plain: PlainStepTimes) -> tuple[list[float], list[float]]:
-    """Seconds per step of ``config``'s strategy and of ``plain``, alternated in the same 2 processes."""
+def _side_by_side(config: RunConfig, rounds: int, script: PlainStepTimes) -> tuple[list[float], list[float]]:
+    """Seconds per step of ``config``'s strategy and of ``script``, alternated in the same 2 processes."""
     with tempfile.TemporaryDirectory() as folder:
         mp.start_processes(
-            _worker, args=(config, rounds, folder, plain), nprocs=PROCESSES, join=True, start_method="spawn"
+            _worker, args=(config, rounds, folder, script), nprocs=PROCESSES, join=True, start_method="spawn"
         )
         return torch.load(os.path.join(folder, "times.pt"))
 
 
-def _worker(rank: int, config: RunConfig, rounds: int, folder: str, baseline: PlainStepTimes) -> None:
+def _worker(rank: int, config: RunConfig, rounds: int, folder: str, script: PlainStepTimes) -> None:
     world = PROCESSES
     become_rank(rank, world, folder)
     topo = torchrun_topology(config.accelerator)
@@ -172,8 +172,8 @@ def _worker(rank: int, config: RunConfig, rounds: int, folder: str, baseline: Pl
         torch.set_num_threads(threads_per_process(world))  # as the launcher sets it for `bench run`
 
     def plain() -> list[float]:
-        mine = baseline(config.model, config.preset, config.batch_size, config.steps, config.warmup,
-                        config.seed, str(topo.devices[0]))
+        mine = script(config.model, config.preset, config.batch_size, config.steps, config.warmup,
+                      config.seed, str(topo.devices[0]))
         return [max(step) for step in zip(*gather_objects(mine), strict=True)]
 
     # One group for every round of both sides: the strategies keep a group they did not make. Leaving,
