@@ -18,7 +18,15 @@ from bench.cli_args import OneLineParser, add_config_arguments, config_from_args
 from bench.config import RunConfig, from_json, gpus_available, resolve, to_json
 from bench.environment import environment
 from bench.explain import add_explain_parser, cmd_explain
-from bench.fidelity import ddp_fidelity_config, ddp_vs_plain_ddp, fidelity_record, pp_vs_mp, single_vs_plain_loop
+from bench.fidelity import (
+    ddp_fidelity_config,
+    ddp_vs_plain_ddp,
+    fidelity_record,
+    fsdp_fidelity_config,
+    fsdp_vs_plain_fsdp,
+    pp_vs_mp,
+    single_vs_plain_loop,
+)
 from bench.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.records import append_record, build_record, failure_record
@@ -143,6 +151,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         # The baselines are the tutorials' fp32 loops: the suite's side runs as they do, whatever the GPU default.
         config = resolve(dataclasses.replace(config_from_args(RunConfig, args), precision="fp32", channels_last=False))
         ddp_config = ddp_fidelity_config(config)
+        fsdp_config = fsdp_fidelity_config(config)
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
     except ConfigError as exc:
@@ -162,6 +171,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     record(comparison)
     if ddp_config is not None:
         record(ddp_vs_plain_ddp(ddp_config, args.rounds))
+    if fsdp_config is not None:
+        record(fsdp_vs_plain_fsdp(fsdp_config, args.rounds))
     if config.accelerator == "cpu" or torch.cuda.device_count() >= 2:
         speedups, bubbles = pp_vs_mp(config, args.rounds)
         for result in [*speedups, *bubbles]:

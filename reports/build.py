@@ -183,6 +183,9 @@ FIDELITY_EXPLAINED = {
     "ddp-vs-plain-ddp": "ddp vs plain DDP script: the `ddp` strategy on 2 processes over the DDP tutorial's "
     "hand-written script, same model, global batch and process group; near 1 means the strategy costs no more "
     "than DDP itself.",
+    "fsdp-vs-plain-fsdp": "fsdp vs plain FSDP2 script: the `fsdp` strategy on 2 processes over the FSDP2 tutorial's "
+    "hand-written script (`fully_shard` each block, then the root), same model, global batch, resharding and process "
+    "group; near 1 means the strategy costs no more than FSDP2 itself.",
     "pp-vs-mp": "pp vs mp: the pipeline's speed-up over running the same stages one after another (`mp`), as a "
     "share of the ideal p·m/(m+p-1); the row with mp on one pp rank's threads is held to the target, the one with "
     "mp on all the cores says whether pipelining beats intra-op threads.",

@@ -4,6 +4,7 @@ anything: the measuring functions are replaced by fakes, so each test takes well
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -11,12 +12,15 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.fidelity.loops import Comparison
+from bench.config import RunConfig, resolve
+from bench.fidelity import loops
+from bench.fidelity.loops import Comparison, fsdp_fidelity_config, fsdp_vs_plain_fsdp
 from bench.fidelity.pipeline import BubbleCheck, PipelineRound, PipelineSpeedup, bubble_checks
 from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_record
 from bench.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load
+from strategies import ConfigError
 from tests.helpers.cli import run_bench
 from tests.helpers.records import FAILED
 
@@ -48,6 +52,44 @@ def test_a_ratio_is_met_within_its_tolerance_on_either_side() -> None:
     )
 
 
+def test_the_fsdp_comparison_runs_fsdp_on_2_processes_with_sgd_and_keeps_the_resharding(tmp_path: Path) -> None:
+    config = resolve(RunConfig(model="mlp", preset="tiny", batch_size=8, accelerator="cpu",
+                               out=str(tmp_path / "f.jsonl")))
+    fsdp = fsdp_fidelity_config(dataclasses.replace(config, optimizer="adam", lr=0.5))
+    assert fsdp is not None
+    assert (fsdp.strategy, fsdp.devices, fsdp.optimizer, fsdp.lr) == ("fsdp", 2, "sgd", 0.01)
+    assert (fsdp.batch_size, fsdp.model, fsdp.reshard_after_forward) == (8, "mlp", True)
+    zero2 = fsdp_fidelity_config(dataclasses.replace(config, reshard_after_forward=False))
+    assert zero2 is not None and zero2.reshard_after_forward is False
+    with pytest.raises(ConfigError, match="not divisible"):
+        fsdp_fidelity_config(dataclasses.replace(config, batch_size=7))
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_the_fsdp_comparison_gives_the_plain_script_the_same_resharding_and_reports_the_medians(
+    reshard: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed = []
+
+    def side_by_side(config: RunConfig, rounds: int, script: object) -> tuple[list[float], list[float]]:
+        handed.append((config, rounds, script))
+        return [0.010, 0.030, 0.011], [0.012, 0.010, 0.050]
+
+    monkeypatch.setattr(loops, "_side_by_side", side_by_side)
+    config = resolve(RunConfig(strategy="fsdp", devices=2, model="mlp", preset="tiny", batch_size=8,
+                               accelerator="cpu", reshard_after_forward=reshard, out=str(tmp_path / "f.jsonl")))
+    result = fsdp_vs_plain_fsdp(config, rounds=3)
+    ((given, rounds, script),) = handed
+    assert given is config and rounds == 3
+    assert isinstance(script, functools.partial) and script.func is loops.plain_fsdp_step_times
+    assert script.keywords == {"reshard_after_forward": reshard}
+    assert (result.comparison, result.name) == ("fsdp-vs-plain-fsdp", "fsdp vs plain FSDP2 script (2 processes)")
+    assert (result.suite_ms, result.baseline_ms) == pytest.approx((11.0, 12.0))
+    assert result.setup == Setup("mlp", "tiny", 2, "cpu", 8) and result.target == "within 3%"
+    assert not result.met  # 11/12 is 8% fast
+    assert dataclasses.replace(result, suite_ms=12.3).met and not dataclasses.replace(result, suite_ms=12.4).met
+
+
 def test_a_speedup_is_held_to_its_share_of_the_ideal_only_where_it_has_a_target() -> None:
     held = speedup(8, pp_ms=100.0, mp_ms=160.0)  # 1.6 of the ideal 16/9: 90%
     assert held.share == pytest.approx(1.6 / (16 / 9)) and held.met is True
@@ -75,8 +117,6 @@ def test_the_bubble_is_checked_only_where_m_is_at_least_4p_with_the_median_over_
 
 
 def test_a_fidelity_record_names_its_figures_units_and_verdict(tmp_path: Path) -> None:
-    from bench.config import RunConfig
-
     config = RunConfig(model="mlp", preset="tiny", steps=2, warmup=1)
     path = tmp_path / "fidelity.jsonl"
     for result in (single(103.0, 100.0), speedup(8, 100.0, 160.0), BubbleCheck("b", CPU2, "1f1b", 8, 0.2, 0.1, 9.0)):
@@ -106,8 +146,6 @@ def test_the_printed_line_is_the_name_the_figure_and_the_target(result: Fidelity
 
 
 def test_an_older_record_without_its_figure_text_shows_its_figures_by_name(tmp_path: Path) -> None:
-    from bench.config import RunConfig
-
     older = fidelity_record(single(101.0, 100.0), RunConfig(), rounds=2, env=ENV)
     del older["figure"]
     path = tmp_path / "older.jsonl"
@@ -118,8 +156,6 @@ def test_an_older_record_without_its_figure_text_shows_its_figures_by_name(tmp_p
 
 @pytest.fixture
 def fidelity_file(tmp_path: Path) -> Path:
-    from bench.config import RunConfig
-
     config = RunConfig(model="mlp", preset="tiny")
     on_all_cores = dataclasses.replace(speedup(8, 100.0, 90.0, target=None), name="pp vs mp, 2 stages, M=8, all cores")
     results = [single(101.0, 100.0), speedup(8, 100.0, 150.0), on_all_cores,
@@ -137,8 +173,6 @@ def test_fidelity_records_are_kept_apart_from_runs(fidelity_file: Path) -> None:
 
 
 def test_a_rerun_supersedes_the_earlier_figures_from_the_same_machine(fidelity_file: Path) -> None:
-    from bench.config import RunConfig
-
     append_record(fidelity_file, fidelity_record(single(110.0, 100.0), RunConfig(), rounds=2, env=ENV))
     rows = load([fidelity_file]).fidelity
     assert len(rows) == 4
@@ -161,7 +195,21 @@ def test_the_report_shows_each_comparison_with_its_target_and_verdict(fidelity_f
             f"within 0.05 | yes | {machine} | True |") in section
     assert "EMULATED" in section and "single vs plain loop: the `single` strategy's" in section
     assert "ddp vs plain DDP script:" not in section  # explained only where measured
+    assert "fsdp vs plain FSDP2 script:" not in section
     assert FIDELITY_HINT not in md
+
+
+def test_the_report_shows_and_explains_the_fsdp_comparison_where_it_was_measured(
+    fidelity_file: Path, tmp_path: Path
+) -> None:
+    fsdp = Comparison("fsdp-vs-plain-fsdp", "fsdp vs plain FSDP2 script (2 processes)", CPU2, 102.0, 100.0,
+                      tolerance=0.03)
+    append_record(fidelity_file, fidelity_record(fsdp, RunConfig(), rounds=2, env=ENV))
+    build_report(load([fidelity_file]), tmp_path / "report")
+    section = (tmp_path / "report" / "report.md").read_text().split("## How far to trust these numbers")[1]
+    assert ("| fsdp vs plain FSDP2 script (2 processes) | mlp/small | ratio 1.020 (suite 102.00 ms, baseline 100.00 ms "
+            "per step) | within 3% | yes | testhost, cpu (Test CPU, 2 cores) | True |") in section
+    assert "fsdp vs plain FSDP2 script: the `fsdp` strategy on 2 processes over the FSDP2 tutorial's" in section
 
 
 def test_without_fidelity_records_the_report_says_how_to_make_them(tmp_path: Path) -> None:
@@ -206,17 +254,25 @@ def test_the_command_prints_each_result_and_appends_its_record(
 ) -> None:
     bubble = BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.3, 1 / 9, 100.0)
     ddp = Comparison("ddp-vs-plain-ddp", "ddp vs plain DDP script (2 processes)", CPU2, 99.0, 100.0, tolerance=0.03)
+    fsdp = Comparison("fsdp-vs-plain-fsdp", "fsdp vs plain FSDP2 script (2 processes)", CPU2, 104.0, 100.0,
+                      tolerance=0.03)
+    given = []
     monkeypatch.setattr(cli, "single_vs_plain_loop", lambda config, rounds: single(100.0, 100.0))
     monkeypatch.setattr(cli, "ddp_vs_plain_ddp", lambda config, rounds: ddp)
+    monkeypatch.setattr(cli, "fsdp_vs_plain_fsdp", lambda config, rounds: given.append((config, rounds)) or fsdp)
     monkeypatch.setattr(cli, "pp_vs_mp", lambda config, rounds: ([speedup(8, 100.0, 160.0)], [bubble]))
     out = tmp_path / "fid.jsonl"
     assert cli.main(["fidelity", "--model", "mlp", "--preset", "tiny", "--rounds", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[-2] == bubble.line() and printed[-3] == speedup(8, 100.0, 160.0).line()
-    assert printed[-1] == f"fidelity: 3 of 4 targets met  -> {out}"
+    assert printed[-4] == fsdp.line() and printed[-5] == ddp.line()
+    assert printed[-1] == f"fidelity: 3 of 5 targets met  -> {out}"
+    ((config, rounds),) = given  # the fsdp side's configuration, as fsdp_fidelity_config makes it
+    assert (config.strategy, config.devices, config.optimizer, config.lr, rounds) == ("fsdp", 2, "sgd", 0.01, 2)
     records, _ = read_records(out)
-    assert [r["comparison"] for r in records] == ["single-vs-plain-loop", "ddp-vs-plain-ddp", "pp-vs-mp", "pp-bubble"]
-    assert [r["met"] for r in records] == [True, True, True, False]
+    assert [r["comparison"] for r in records] == [
+        "single-vs-plain-loop", "ddp-vs-plain-ddp", "fsdp-vs-plain-fsdp", "pp-vs-mp", "pp-bubble"]
+    assert [r["met"] for r in records] == [True, True, False, True, False]
     assert all(r["rounds"] == 2 and r["env"]["hostname"] for r in records)
 
 
@@ -226,6 +282,7 @@ COMMON_FIELDS = {"record_version", "kind", "status", "timestamp", "comparison", 
 FIGURE_FIELDS = {
     "single-vs-plain-loop": {"ratio", "suite_ms", "baseline_ms"},
     "ddp-vs-plain-ddp": {"ratio", "suite_ms", "baseline_ms"},
+    "fsdp-vs-plain-fsdp": {"ratio", "suite_ms", "baseline_ms"},
     "pp-vs-mp": {"speedup", "ideal_speedup", "share_of_ideal", "suite_ms", "baseline_ms", "microbatches",
                  "mp_threads"},
     "pp-bubble": {"measured_bubble_fraction", "theoretical_bubble_fraction", "bubble_difference", "microbatches",
@@ -242,7 +299,8 @@ def test_the_real_comparisons_run_once_on_a_tiny_model_and_fill_every_field(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     records, bad = read_records(out)
     assert bad == [] and [r["comparison"] for r in records] == [
-        "single-vs-plain-loop", "ddp-vs-plain-ddp", "pp-vs-mp", "pp-vs-mp", "pp-vs-mp", "pp-vs-mp", "pp-bubble"]
+        "single-vs-plain-loop", "ddp-vs-plain-ddp", "fsdp-vs-plain-fsdp", "pp-vs-mp", "pp-vs-mp", "pp-vs-mp",
+        "pp-vs-mp", "pp-bubble"]
     for record in records:
         assert set(record) == COMMON_FIELDS | FIGURE_FIELDS[record["comparison"]], record["comparison"]
         assert record["kind"] == "fidelity" and record["status"] == "ok" and record["rounds"] == 1
@@ -250,6 +308,11 @@ def test_the_real_comparisons_run_once_on_a_tiny_model_and_fill_every_field(tmp_
         assert record["met"] in (True, False, None) and record["figure"].split(" (")[0] in proc.stdout
         assert record["emulated"] is (record["device_count"] > 1)
         assert all(record[f] > 0 for f in ("suite_ms", "global_batch_size"))
+    fsdp = records[2]
+    assert (fsdp["name"], fsdp["device_count"], fsdp["target"]) == (
+        "fsdp vs plain FSDP2 script (2 processes)", 2, "within 3%")
+    assert fsdp["met"] is (abs(fsdp["ratio"] - 1) <= 0.03) and fsdp["ratio"] == pytest.approx(
+        fsdp["suite_ms"] / fsdp["baseline_ms"])
     ratios = [r["ratio"] for r in records if "ratio" in r]
     assert all(0.2 < ratio < 5 for ratio in ratios)  # both sides timed the same work
     bubble = records[-1]

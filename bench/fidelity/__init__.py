@@ -6,13 +6,20 @@ the figure it measures to a target. Each result is also a record (``kind`` ``fid
 ``bench report`` turns into its "How far to trust these numbers" section.
 
 - ``results``: the setup, the result protocol, the alternation and the record every comparison shares.
-- ``loops``: ``single`` and ``ddp`` against the PyTorch tutorials' hand-written loops.
+- ``loops``: ``single``, ``ddp`` and ``fsdp`` against the PyTorch tutorials' hand-written loops.
 - ``pipeline``: ``pp``'s speed-up over ``mp`` against the ideal, and its bubble against the theory.
 """
 
 from __future__ import annotations
 
-from bench.fidelity.loops import Comparison, ddp_fidelity_config, ddp_vs_plain_ddp, single_vs_plain_loop
+from bench.fidelity.loops import (
+    Comparison,
+    ddp_fidelity_config,
+    ddp_vs_plain_ddp,
+    fsdp_fidelity_config,
+    fsdp_vs_plain_fsdp,
+    single_vs_plain_loop,
+)
 from bench.fidelity.pipeline import BubbleCheck, PipelineSpeedup, pp_vs_mp
 from bench.fidelity.results import FidelityResult, Setup, fidelity_record
 
@@ -25,6 +32,8 @@ __all__ = [
     "ddp_fidelity_config",
     "ddp_vs_plain_ddp",
     "fidelity_record",
+    "fsdp_fidelity_config",
+    "fsdp_vs_plain_fsdp",
     "pp_vs_mp",
     "single_vs_plain_loop",
 ]

@@ -1,9 +1,11 @@
-"""The harness against hand-written loops: ``single`` against the tutorial's plain loop, ``ddp`` on 2
-processes against the DDP tutorial's script, each reported as the ratio of median step times."""
+"""The harness against hand-written loops: ``single`` against the tutorial's plain loop, ``ddp`` and
+``fsdp`` on 2 processes against the DDP and FSDP2 tutorials' scripts, each reported as the ratio of
+median step times."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import statistics
@@ -15,18 +17,14 @@ import torch
 import torch.multiprocessing as mp
 
 from bench.baselines.plain_ddp import plain_ddp_step_times
+from bench.baselines.plain_fsdp import plain_fsdp_step_times
 from bench.baselines.plain_loop import plain_step_times
 from bench.config import RunConfig, resolve
 from bench.fidelity.results import FigureAndLine, Setup, alternate, figure_text
 from bench.launch import threads_per_process
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
-from strategies.distributed import (
-    destroy_process_group,
-    gather_objects,
-    init_process_group,
-    torchrun_topology,
-)
+from strategies.distributed import gather_objects, process_group, torchrun_topology
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +34,7 @@ class Comparison(FigureAndLine):
     """One side-by-side measurement: the suite's median step time over the baseline's."""
 
     comparison: str
-    """A stable id for the record: ``single-vs-plain-loop``, ``ddp-vs-plain-ddp``."""
+    """A stable id for the record: ``single-vs-plain-loop``, ``ddp-vs-plain-ddp``, ``fsdp-vs-plain-fsdp``."""
     name: str
     setup: Setup
     suite_ms: float
@@ -98,17 +96,30 @@ def single_vs_plain_loop(config: RunConfig, rounds: int) -> Comparison:
     )
 
 
-DDP_PROCESSES = 2
+PROCESSES = 2
+"""Ranks of the ddp and fsdp comparisons: each suite strategy and its tutorial script on 2 processes."""
+
+PlainStepTimes = Callable[[str, str, int, int, int, int, str], list[float]]
+"""A hand-written script: (model, preset, global batch, steps, warmup, seed, device) -> seconds per timed step."""
 
 
 def ddp_fidelity_config(config: RunConfig) -> RunConfig | None:
     """``config`` as the ddp comparison runs it, validated (ConfigError on a batch 2 does not divide);
     None where this machine cannot run it (fewer than 2 GPUs on CUDA)."""
-    if config.accelerator == "cuda" and torch.cuda.device_count() < DDP_PROCESSES:
-        log.warning("ddp comparison skipped: it needs %d GPUs", DDP_PROCESSES)
+    return _two_process_config(config, "ddp")
+
+
+def fsdp_fidelity_config(config: RunConfig) -> RunConfig | None:
+    """``config`` as the fsdp comparison runs it, as ``ddp_fidelity_config`` does for ddp. Its
+    ``reshard_after_forward`` is handed to the plain script too, so both run the same ZeRO stage."""
+    return _two_process_config(config, "fsdp")
+
+
+def _two_process_config(config: RunConfig, strategy: str) -> RunConfig | None:
+    if config.accelerator == "cuda" and torch.cuda.device_count() < PROCESSES:
+        log.warning("%s comparison skipped: it needs %d GPUs", strategy, PROCESSES)
         return None
-    ddp = dataclasses.replace(config, strategy="ddp", devices=DDP_PROCESSES, optimizer="sgd", lr=0.01)
-    return resolve(ddp)
+    return resolve(dataclasses.replace(config, strategy=strategy, devices=PROCESSES, optimizer="sgd", lr=0.01))
 
 
 def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
@@ -118,38 +129,57 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
     process group, alternating round by round; each side's step time is the slowest rank's per
     step, as in the suite's records.
     """
-    with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(
-            _ddp_worker, args=(config, rounds, folder), nprocs=DDP_PROCESSES, join=True, start_method="spawn"
-        )
-        suite, plain = torch.load(os.path.join(folder, "times.pt"))
+    suite, plain = _side_by_side(config, rounds, plain_ddp_step_times)
     return Comparison(
         "ddp-vs-plain-ddp",
-        f"ddp vs plain DDP script ({DDP_PROCESSES} processes)",
-        Setup(config.model, config.preset, DDP_PROCESSES, config.accelerator, config.batch_size),
+        f"ddp vs plain DDP script ({PROCESSES} processes)",
+        Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
         statistics.median(suite) * 1e3,
         statistics.median(plain) * 1e3,
         tolerance=0.03,
     )
 
 
-def _ddp_worker(rank: int, config: RunConfig, rounds: int, folder: str) -> None:
-    world = DDP_PROCESSES
+def fsdp_vs_plain_fsdp(config: RunConfig, rounds: int) -> Comparison:
+    """The ``fsdp`` strategy on 2 processes against the FSDP2 tutorial's script, same model, global
+    batch and resharding; measured as ``ddp_vs_plain_ddp`` is, ``config`` from ``fsdp_fidelity_config``."""
+    script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
+    suite, plain = _side_by_side(config, rounds, script)
+    return Comparison(
+        "fsdp-vs-plain-fsdp",
+        f"fsdp vs plain FSDP2 script ({PROCESSES} processes)",
+        Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
+        statistics.median(suite) * 1e3,
+        statistics.median(plain) * 1e3,
+        tolerance=0.03,
+    )
+
+
+def _side_by_side(config: RunConfig, rounds: int, script: PlainStepTimes) -> tuple[list[float], list[float]]:
+    """Seconds per step of ``config``'s strategy and of ``script``, alternated in the same 2 processes."""
+    with tempfile.TemporaryDirectory() as folder:
+        mp.start_processes(
+            _worker, args=(config, rounds, folder, script), nprocs=PROCESSES, join=True, start_method="spawn"
+        )
+        return torch.load(os.path.join(folder, "times.pt"))
+
+
+def _worker(rank: int, config: RunConfig, rounds: int, folder: str, script: PlainStepTimes) -> None:
+    world = PROCESSES
     become_rank(rank, world, folder)
     topo = torchrun_topology(config.accelerator)
     if config.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(world))  # as the launcher sets it for `bench run`
 
     def plain() -> list[float]:
-        mine = plain_ddp_step_times(config.model, config.preset, config.batch_size, config.steps, config.warmup,
-                                    config.seed, str(topo.devices[0]))
+        mine = script(config.model, config.preset, config.batch_size, config.steps, config.warmup,
+                      config.seed, str(topo.devices[0]))
         return [max(step) for step in zip(*gather_objects(mine), strict=True)]
 
-    init_process_group(topo, config.timeout_s)  # ddp keeps a group it did not make
-    try:
+    # One group for every round of both sides: the strategies keep a group they did not make. Leaving,
+    # it collects what still holds the group first (fully_shard's models live on in reference cycles).
+    with process_group(topo, config.timeout_s):
         measure = {"suite": lambda: [t / 1e3 for t in step_times_ms(train(config).ranks)], "plain": plain}
         times = _alternated(measure, rounds, progress=rank == 0)
-    finally:
-        destroy_process_group()
     if rank == 0:
         torch.save((times["suite"], times["plain"]), os.path.join(folder, "times.pt"))
