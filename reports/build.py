@@ -207,6 +207,11 @@ def _fidelity(fidelity: pd.DataFrame) -> Section:
         section.paragraphs.append(FIDELITY_HINT)
         return section
     present = set(fidelity["comparison"])
+    section.paragraphs.append(
+        "Each figure is the median over every timed step of its rounds (the two sides alternated round by round); "
+        "in brackets, the 95% percentile-bootstrap interval over rounds (resampled in pairs, as the two sides of a "
+        "round ran back to back). `met` judges the median; where the interval crosses the target's bound it adds "
+        "`not settled`: more rounds would be needed to say.")
     section.paragraphs += [text for kind, text in FIDELITY_EXPLAINED.items() if kind in present]
     warning = figures.warning_for(fidelity)
     if warning:

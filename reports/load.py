@@ -168,10 +168,15 @@ def fidelity_row(record: dict[str, object]) -> dict[str, object]:
         "measured": _fidelity_figure(record),
         "target": record["target"],
         # None: a figure shown for information, held to no target.
-        "met": "-" if met is None else ("yes" if met else "no"),
+        "met": "-" if met is None else ("yes" if met else "no") + _unsettled(record),
         "machine": _machine(record),
         "emulated": bool(record["emulated"]),
     }
+
+
+def _unsettled(record: dict[str, object]) -> str:
+    """What a verdict whose interval crosses its target's bound adds: the rounds did not decide it."""
+    return " (not settled: its interval crosses the target)" if record.get("settled") is False else ""
 
 
 # The figures of a comparison, for records written before they carried their own ``figure`` text.

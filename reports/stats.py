@@ -13,16 +13,23 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 LEVEL = 0.95
 RESAMPLES = 2000
 
 
 def bootstrap_interval(
-    values: Sequence[float], statistic: Callable[[Sequence[float]], float] = statistics.median,
+    values: Sequence[T], statistic: Callable[[Sequence[T]], float] | None = None,
     level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0,
 ) -> tuple[float, float] | None:
-    """The percentile bootstrap interval of ``statistic`` over ``values`` (None for fewer than two)."""
+    """The percentile bootstrap interval of ``statistic`` over ``values`` (None for fewer than two).
+
+    ``statistic`` defaults to the median; ``values`` may be any units of repetition (round indices, say)
+    that a given ``statistic`` knows how to read."""
+    statistic = statistic or statistics.median
     if len(values) < 2:
         return None
     rng = random.Random(seed)  # the same records always give the same report

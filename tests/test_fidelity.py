@@ -16,7 +16,7 @@ from bench.config import RunConfig, resolve
 from bench.fidelity import loops
 from bench.fidelity.loops import Comparison, fsdp_fidelity_config, fsdp_vs_plain_fsdp
 from bench.fidelity.pipeline import BubbleCheck, PipelineRound, PipelineSpeedup, bubble_checks
-from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_record
+from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_record, pooled_ratio, settled
 from bench.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load
@@ -71,9 +71,9 @@ def test_the_fsdp_comparison_gives_the_plain_script_the_same_resharding_and_repo
 ) -> None:
     handed = []
 
-    def side_by_side(config: RunConfig, rounds: int, script: object) -> tuple[list[float], list[float]]:
+    def side_by_side(config: RunConfig, rounds: int, script: object) -> tuple[list[list[float]], ...]:
         handed.append((config, rounds, script))
-        return [0.010, 0.030, 0.011], [0.012, 0.010, 0.050]
+        return [[0.010], [0.030], [0.011]], [[0.012], [0.010], [0.050]]
 
     monkeypatch.setattr(loops, "_side_by_side", side_by_side)
     config = resolve(RunConfig(strategy="fsdp", devices=2, model="mlp", preset="tiny", batch_size=8,
@@ -85,9 +85,29 @@ def test_the_fsdp_comparison_gives_the_plain_script_the_same_resharding_and_repo
     assert script.keywords == {"reshard_after_forward": reshard}
     assert (result.comparison, result.name) == ("fsdp-vs-plain-fsdp", "fsdp vs plain FSDP2 script (2 processes)")
     assert (result.suite_ms, result.baseline_ms) == pytest.approx((11.0, 12.0))
+    # Three rounds this different leave the verdict open: the interval spans both sides of 3%.
+    assert result.interval is not None and result.interval[0] < 0.97 and result.interval[1] > 1.03
+    assert result.settled is False and "[" in result.figure
     assert result.setup == Setup("mlp", "tiny", 2, "cpu", 8) and result.target == "within 3%"
     assert not result.met  # 11/12 is 8% fast
     assert dataclasses.replace(result, suite_ms=12.3).met and not dataclasses.replace(result, suite_ms=12.4).met
+
+
+def test_a_pooled_ratio_pairs_the_rounds_and_its_interval_says_whether_the_rounds_settle_the_target() -> None:
+    steady = [[1.00, 1.01], [1.02, 1.00], [1.01, 1.01], [1.00, 1.02]]
+    ratio, interval = pooled_ratio(steady, [[1.0, 1.0]] * 4)
+    assert ratio == pytest.approx(1.01) and interval is not None
+    assert 1.0 <= interval[0] <= ratio <= interval[1] <= 1.02
+    assert settled(interval, 0.97, 1.03) is True  # wholly inside
+    assert settled(interval, 0.90, 0.99) is True  # wholly outside
+    assert settled((0.98, 1.04), 0.97, 1.03) is False
+    assert pooled_ratio([[1.0]], [[2.0]]) == (0.5, None) and settled(None, 0.97, 1.03) is None
+    # A round whose baseline ran slow moves the interval, not just the median.
+    drifting = [[1.0], [1.0], [1.0], [1.0]]
+    _, wide = pooled_ratio(drifting, [[1.0], [1.0], [0.8], [1.25]])
+    assert wide is not None and wide[1] - wide[0] > interval[1] - interval[0]
+    with pytest.raises(ValueError, match="must pair up"):
+        pooled_ratio([[1.0]], [[1.0], [1.0]])
 
 
 def test_a_speedup_is_held_to_its_share_of_the_ideal_only_where_it_has_a_target() -> None:
@@ -109,8 +129,10 @@ def test_the_bubble_is_checked_only_where_m_is_at_least_4p_with_the_median_over_
     assert (check.microbatches, check.measured, check.theoretical) == (8, 0.15, 1 / 9)
     assert check.pp_ms == pytest.approx(10.5)  # the median of every round's step times
     assert check.difference == pytest.approx(0.15 - 1 / 9) and check.met
+    # The outlier round widens the interval past the band: the rounds do not settle the verdict.
+    assert check.interval == (0.13, 0.40) and check.settled is False
     assert check.line() == (
-        "pp bubble, 2 stages, M=8, gpipe: measured bubble 0.150 vs theoretical 0.111 "
+        "pp bubble, 2 stages, M=8, gpipe: measured bubble 0.150 [0.130, 0.400] vs theoretical 0.111 "
         "(difference +0.039; target within 0.05)"
     )
     assert not BubbleCheck("b", CPU2, "gpipe", 8, 0.05, 0.111, 10.0).met  # 0.061 under the theory
@@ -278,15 +300,15 @@ def test_the_command_prints_each_result_and_appends_its_record(
 
 COMMON_FIELDS = {"record_version", "kind", "status", "timestamp", "comparison", "name", "target", "met", "figure",
                  "model", "preset", "device_count", "accelerator", "global_batch_size", "emulated", "rounds",
-                 "steps_per_round", "warmup_steps", "env"}
+                 "steps_per_round", "warmup_steps", "env", "settled"}
 FIGURE_FIELDS = {
-    "single-vs-plain-loop": {"ratio", "suite_ms", "baseline_ms"},
-    "ddp-vs-plain-ddp": {"ratio", "suite_ms", "baseline_ms"},
-    "fsdp-vs-plain-fsdp": {"ratio", "suite_ms", "baseline_ms"},
-    "pp-vs-mp": {"speedup", "ideal_speedup", "share_of_ideal", "suite_ms", "baseline_ms", "microbatches",
-                 "mp_threads"},
-    "pp-bubble": {"measured_bubble_fraction", "theoretical_bubble_fraction", "bubble_difference", "microbatches",
-                  "schedule", "suite_ms"},
+    "single-vs-plain-loop": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
+    "ddp-vs-plain-ddp": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
+    "fsdp-vs-plain-fsdp": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
+    "pp-vs-mp": {"speedup", "ideal_speedup", "share_of_ideal", "speedup_interval", "share_of_ideal_interval",
+                 "suite_ms", "baseline_ms", "microbatches", "mp_threads"},
+    "pp-bubble": {"measured_bubble_fraction", "theoretical_bubble_fraction", "bubble_difference",
+                  "measured_bubble_interval", "microbatches", "schedule", "suite_ms"},
 }
 
 

@@ -20,7 +20,16 @@ from bench.baselines.plain_ddp import plain_ddp_step_times
 from bench.baselines.plain_fsdp import plain_fsdp_step_times
 from bench.baselines.plain_loop import plain_step_times
 from bench.config import RunConfig, resolve
-from bench.fidelity.results import FigureAndLine, Setup, alternate, figure_text
+from bench.fidelity.results import (
+    FigureAndLine,
+    Interval,
+    Setup,
+    alternate,
+    figure_text,
+    interval_text,
+    pooled_ratio,
+    settled,
+)
 from bench.launch import threads_per_process
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
@@ -41,10 +50,28 @@ class Comparison(FigureAndLine):
     baseline_ms: float
     tolerance: float
     """How far from 1 the ratio may be: 0.02 is "within 2%"."""
+    interval: Interval | None = None
+    """The ratio's interval over the rounds (``pooled_ratio``); None from one round."""
+
+    @classmethod
+    def from_rounds(
+        cls, comparison: str, name: str, setup: Setup, suite: list[list[float]], plain: list[list[float]],
+        tolerance: float,
+    ) -> Comparison:
+        """From each round's seconds per step of the two sides."""
+        _, interval = pooled_ratio(suite, plain)
+        suite_ms = statistics.median(t for r in suite for t in r) * 1e3
+        plain_ms = statistics.median(t for r in plain for t in r) * 1e3
+        return cls(comparison, name, setup, suite_ms, plain_ms, tolerance, interval)
 
     @property
     def ratio(self) -> float:
         return self.suite_ms / self.baseline_ms
+
+    @property
+    def settled(self) -> bool | None:
+        """False where the ratio's interval crosses the target's bounds: more rounds would be needed to say."""
+        return settled(self.interval, 1 - self.tolerance, 1 + self.tolerance)
 
     @property
     def target(self) -> str:
@@ -56,22 +83,23 @@ class Comparison(FigureAndLine):
 
     def _figure(self, target: str | None = None) -> str:
         detail = f"suite {self.suite_ms:.2f} ms, baseline {self.baseline_ms:.2f} ms per step"
-        return figure_text(f"ratio {self.ratio:.3f}", detail, target)
+        return figure_text(f"ratio {self.ratio:.3f}{interval_text(self.interval)}", detail, target)
 
     def record_fields(self) -> dict[str, object]:
         return {"comparison": self.comparison, "name": self.name, "ratio": self.ratio, "suite_ms": self.suite_ms,
-                "baseline_ms": self.baseline_ms, "target": self.target, "met": self.met,
+                "baseline_ms": self.baseline_ms, "ratio_interval": self.interval, "target": self.target,
+                "met": self.met, "settled": self.settled,
                 **self.setup.record_fields()}
 
 
 def _alternated(
     measure: dict[str, Callable[[], list[float]]], rounds: int, progress: bool = True
-) -> dict[str, list[float]]:
-    """Each side's step times over ``rounds`` rounds, the sides alternating A B, B A, ..."""
-    times: dict[str, list[float]] = {side: [] for side in measure}
+) -> dict[str, list[list[float]]]:
+    """Each side's step times in each of ``rounds`` rounds, the sides alternating A B, B A, ..."""
+    times: dict[str, list[list[float]]] = {side: [] for side in measure}
     for r, order in enumerate(alternate(list(measure), rounds)):
         for side in order:
-            times[side].extend(measure[side]())
+            times[side].append(measure[side]())
         if progress:
             log.info("round %d/%d done", r + 1, rounds)
     return times
@@ -86,12 +114,12 @@ def single_vs_plain_loop(config: RunConfig, rounds: int) -> Comparison:
         "plain": lambda: plain_step_times(config.model, config.preset, config.batch_size, config.steps,
                                           config.warmup, config.seed, device),
     }, rounds)
-    return Comparison(
+    return Comparison.from_rounds(
         "single-vs-plain-loop",
         "single vs plain PyTorch loop",
         Setup(config.model, config.preset, 1, config.accelerator, config.batch_size),
-        statistics.median(times["suite"]) * 1e3,
-        statistics.median(times["plain"]) * 1e3,
+        times["suite"],
+        times["plain"],
         tolerance=0.02,
     )
 
@@ -130,12 +158,12 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
     step, as in the suite's records.
     """
     suite, plain = _side_by_side(config, rounds, plain_ddp_step_times)
-    return Comparison(
+    return Comparison.from_rounds(
         "ddp-vs-plain-ddp",
         f"ddp vs plain DDP script ({PROCESSES} processes)",
         Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
-        statistics.median(suite) * 1e3,
-        statistics.median(plain) * 1e3,
+        suite,
+        plain,
         tolerance=0.03,
     )
 
@@ -145,18 +173,21 @@ def fsdp_vs_plain_fsdp(config: RunConfig, rounds: int) -> Comparison:
     batch and resharding; measured as ``ddp_vs_plain_ddp`` is, ``config`` from ``fsdp_fidelity_config``."""
     script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
     suite, plain = _side_by_side(config, rounds, script)
-    return Comparison(
+    return Comparison.from_rounds(
         "fsdp-vs-plain-fsdp",
         f"fsdp vs plain FSDP2 script ({PROCESSES} processes)",
         Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
-        statistics.median(suite) * 1e3,
-        statistics.median(plain) * 1e3,
+        suite,
+        plain,
         tolerance=0.03,
     )
 
 
-def _side_by_side(config: RunConfig, rounds: int, script: PlainStepTimes) -> tuple[list[float], list[float]]:
-    """Seconds per step of ``config``'s strategy and of ``script``, alternated in the same 2 processes."""
+def _side_by_side(
+    config: RunConfig, rounds: int, script: PlainStepTimes
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Seconds per step in each round of ``config``'s strategy and of ``script``, alternated in the same 2
+    processes."""
     with tempfile.TemporaryDirectory() as folder:
         mp.start_processes(
             _worker, args=(config, rounds, folder, script), nprocs=PROCESSES, join=True, start_method="spawn"

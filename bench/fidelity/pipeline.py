@@ -18,10 +18,20 @@ import torch
 import torch.multiprocessing as mp
 
 from bench.config import RunConfig, resolve
-from bench.fidelity.results import FigureAndLine, Setup, alternate, figure_text
+from bench.fidelity.results import (
+    FigureAndLine,
+    Interval,
+    Setup,
+    alternate,
+    figure_text,
+    interval_text,
+    pooled_ratio,
+    settled,
+)
 from bench.launch import threads_per_process
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
+from reports.stats import bootstrap_interval
 from strategies.distributed import (
     destroy_process_group,
     init_process_group,
@@ -60,6 +70,8 @@ class PipelineSpeedup(FigureAndLine):
     """p*m/(m+p-1): the speed-up of a perfect pipeline over running its stages one after another."""
     target_share: float | None
     """The share of ``ideal`` to reach; None for a figure shown for information, held to nothing."""
+    interval: Interval | None = None
+    """The speed-up's interval over the rounds (``pooled_ratio``); None from one round."""
 
     @property
     def speedup(self) -> float:
@@ -70,6 +82,17 @@ class PipelineSpeedup(FigureAndLine):
         return self.speedup / self.ideal
 
     @property
+    def share_interval(self) -> Interval | None:
+        return None if self.interval is None else (self.interval[0] / self.ideal, self.interval[1] / self.ideal)
+
+    @property
+    def settled(self) -> bool | None:
+        """False where the share's interval straddles the target: the rounds do not decide the verdict."""
+        if self.target_share is None:
+            return None
+        return settled(self.share_interval, self.target_share, float("inf"))
+
+    @property
     def target(self) -> str:
         return "none (for information)" if self.target_share is None else f"at least {self.target_share:.0%} of ideal"
 
@@ -78,14 +101,18 @@ class PipelineSpeedup(FigureAndLine):
         return None if self.target_share is None else self.share >= self.target_share
 
     def _figure(self, target: str | None = None) -> str:
-        headline = f"speed-up {self.speedup:.2f} = {self.share:.0%} of the ideal {self.ideal:.2f}"
+        share = self.share_interval
+        spread = "" if share is None else f" [{share[0]:.0%}, {share[1]:.0%}]"
+        headline = (f"speed-up {self.speedup:.2f}{interval_text(self.interval, 2)} = {self.share:.0%}{spread} "
+                    f"of the ideal {self.ideal:.2f}")
         return figure_text(headline, f"pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step", target)
 
     def record_fields(self) -> dict[str, object]:
         return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
-                "share_of_ideal": self.share, "suite_ms": self.pp_ms, "baseline_ms": self.mp_ms,
+                "share_of_ideal": self.share, "speedup_interval": self.interval,
+                "share_of_ideal_interval": self.share_interval, "suite_ms": self.pp_ms, "baseline_ms": self.mp_ms,
                 "microbatches": self.microbatches, "mp_threads": self.mp_threads, "target": self.target,
-                "met": self.met, **self.setup.record_fields()}
+                "met": self.met, "settled": self.settled, **self.setup.record_fields()}
 
 
 @dataclass(frozen=True)
@@ -110,10 +137,17 @@ class BubbleCheck(FigureAndLine):
     theoretical: float
     pp_ms: float
     tolerance: float = BUBBLE_TOLERANCE
+    interval: Interval | None = None
+    """The measured bubble's interval over the rounds; None from one round."""
 
     @property
     def difference(self) -> float:
         return self.measured - self.theoretical
+
+    @property
+    def settled(self) -> bool | None:
+        """False where the measured bubble's interval crosses a bound of the target band."""
+        return settled(self.interval, self.theoretical - self.tolerance, self.theoretical + self.tolerance)
 
     @property
     def target(self) -> str:
@@ -131,12 +165,13 @@ class BubbleCheck(FigureAndLine):
         return f"{self.name}: measured {self._figure(self.target)}"
 
     def _figure(self, target: str | None = None) -> str:
-        headline = f"bubble {self.measured:.3f} vs theoretical {self.theoretical:.3f}"
+        headline = f"bubble {self.measured:.3f}{interval_text(self.interval)} vs theoretical {self.theoretical:.3f}"
         return figure_text(headline, f"difference {self.difference:+.3f}", target)
 
     def record_fields(self) -> dict[str, object]:
         return {"comparison": "pp-bubble", "name": self.name, "measured_bubble_fraction": self.measured,
                 "theoretical_bubble_fraction": self.theoretical, "bubble_difference": self.difference,
+                "measured_bubble_interval": self.interval, "settled": self.settled,
                 "suite_ms": self.pp_ms, "schedule": self.schedule, "microbatches": self.microbatches,
                 "target": self.target, "met": self.met, **self.setup.record_fields()}
 
@@ -151,7 +186,8 @@ def bubble_checks(rounds: dict[int, list[PipelineRound]], setup: Setup, schedule
             continue
         pp_ms = statistics.median(t for r in runs for t in r.step_times_ms)
         name = f"pp bubble, {setup.devices} stages, M={m}, {schedule}"
-        checks.append(BubbleCheck(name, setup, schedule, m, statistics.median(measured), theoretical, pp_ms))
+        checks.append(BubbleCheck(name, setup, schedule, m, statistics.median(measured), theoretical, pp_ms,
+                                  interval=bootstrap_interval(measured)))
     return checks
 
 
@@ -182,21 +218,25 @@ def pp_vs_mp(
     mp_times, pp_rounds = _pipeline_rounds(base, sides, rounds, microbatches)
     speedups = []
     for m in microbatches:
-        pp_ms = statistics.median(t for r in pp_rounds[m] for t in r.step_times_ms)
+        pp_times = [r.step_times_ms for r in pp_rounds[m]]
+        pp_ms = statistics.median(t for r in pp_times for t in r)
         for side, label, target in (("mp", f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
                                     ("mp-all", f"{sides['mp-all']} threads", None)):
             name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
-            speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, statistics.median(mp_times[side, m]),
-                                            ideal_speedup(PP_STAGES, m), target))
+            mp_ms = statistics.median(t for r in mp_times[side, m] for t in r)
+            _, interval = pooled_ratio(mp_times[side, m], pp_times)
+            speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, mp_ms, ideal_speedup(PP_STAGES, m),
+                                            target, interval))
     return speedups, bubble_checks(pp_rounds, setup, base.schedule)
 
 
 def _pipeline_rounds(
     base: RunConfig, sides: dict[str, int], rounds: int, microbatches: tuple[int, ...]
-) -> tuple[dict[tuple[str, int], list[float]], dict[int, list[PipelineRound]]]:
+) -> tuple[dict[tuple[str, int], list[list[float]]], dict[int, list[PipelineRound]]]:
     """Alternates pp (in 2 worker processes that keep one process group) and mp's sides, round by
-    round; returns mp's step times per (side, M) and pp's rounds per M."""
-    mp_times: dict[tuple[str, int], list[float]] = {(s, m): [] for s in sides if s != "pp" for m in microbatches}
+    round; returns mp's step times in each round per (side, M) and pp's rounds per M."""
+    mp_times: dict[tuple[str, int], list[list[float]]] = {
+        (s, m): [] for s in sides if s != "pp" for m in microbatches}
     pp_rounds: dict[int, list[PipelineRound]] = {m: [] for m in microbatches}
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as folder:
@@ -217,7 +257,7 @@ def _pipeline_rounds(
                             pp_rounds[m].append(outbox.get(timeout=base.timeout_s))
                         else:
                             mp_config = resolve(dataclasses.replace(base, strategy="mp", microbatches=m))
-                            mp_times[side, m].extend(_mp_step_times(mp_config, sides[side]))
+                            mp_times[side, m].append(_mp_step_times(mp_config, sides[side]))
                 log.info("round %d/%d done", r + 1, rounds)
         finally:
             for inbox in inboxes:

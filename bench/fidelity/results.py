@@ -4,12 +4,14 @@ protocol its result follows, and the record it becomes."""
 from __future__ import annotations
 
 import datetime
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bench.config import RunConfig
 from bench.records import RECORD_VERSION
+from reports.stats import bootstrap_interval
 from strategies.devices import is_emulated
 
 T = TypeVar("T")
@@ -98,6 +100,45 @@ def alternate(sides: Sequence[T], rounds: int) -> list[tuple[T, ...]]:
     Alternating keeps drift in the machine's speed (other load, thermal state) from falling on one
     side only, and neither side always runs on the caches the other warmed."""
     return [tuple(sides) if r % 2 == 0 else tuple(reversed(sides)) for r in range(rounds)]
+
+
+Interval = tuple[float, float]
+"""A 95% percentile-bootstrap interval (reports/stats.py) of a figure, over the rounds that made it."""
+
+
+def pooled_ratio(
+    numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]]
+) -> tuple[float, Interval | None]:
+    """median(every numerator time) / median(every denominator time), and the interval of that ratio
+    over rounds (None for one round).
+
+    Each round's two lists ran back to back, so rounds are resampled in pairs: the interval says how
+    much the figure moves with what changes between rounds (drift, other load), which the steps of
+    one round cannot show."""
+    if len(numerator) != len(denominator):
+        raise ValueError(f"{len(numerator)} rounds against {len(denominator)}: the two sides must pair up")
+
+    def ratio(rounds: Sequence[int]) -> float:
+        top = [t for r in rounds for t in numerator[r]]
+        bottom = [t for r in rounds for t in denominator[r]]
+        return statistics.median(top) / statistics.median(bottom)
+
+    return ratio(range(len(numerator))), bootstrap_interval(list(range(len(numerator))), ratio)
+
+
+def interval_text(interval: Interval | None, digits: int = 3) -> str:
+    """`` [0.981, 1.023]`` after a figure, or nothing without an interval."""
+    return "" if interval is None else f" [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+
+
+def settled(interval: Interval | None, low: float, high: float) -> bool | None:
+    """Whether the interval lies wholly inside or wholly outside the target band [low, high]: False
+    where it crosses a bound (the rounds do not decide the verdict), None without an interval."""
+    if interval is None:
+        return None
+    inside = low <= interval[0] and interval[1] <= high
+    outside = interval[1] < low or interval[0] > high
+    return inside or outside
 
 
 def fidelity_record(
