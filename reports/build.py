@@ -11,6 +11,7 @@ from bench.labels import file_name
 from reports import figures
 from reports.load import Results, load, run_label
 from reports.render import Section, write_html, write_markdown
+from reports.scaling import with_scaling
 from reports.tables import (
     bubble_table,
     data_parallel_family,
@@ -19,7 +20,6 @@ from reports.tables import (
     hybrid_vs_parts,
     memory_by_kind,
     results_table,
-    with_scaling,
     with_verification,
 )
 from reports.traces import write_timeline_trace
@@ -56,7 +56,10 @@ def build_report(results: Results, out: Path) -> list[Path]:
             "One row per configuration, its figures the median over its repeats (each a fresh process, run round "
             "by round with the others) with the 95% percentile-bootstrap interval of that median in brackets. "
             "Speed-up is over `single` at the same global batch, model and precision, as the median of the ratios "
-            "measured side by side in each round; efficiency is speed-up / devices. Rows of a weak-scaling sweep "
+            "measured side by side in each round; efficiency is speed-up / devices. Where `single` has no run at a "
+            "batch (out of memory, failed), the baseline is the fastest configuration at the smallest device count "
+            "that ran it, named in the `baseline` column, and efficiency divides by the devices' ratio to its "
+            "devices. Rows of a weak-scaling sweep "
             "say `weak` (their global batch grows with the devices). `repeats` counts the undisturbed runs, "
             "`disturbed_runs` the ones left out.", *_emulation_note(emulated)], [results_table(runs)],
             _present([figures.throughput(runs, baseline, out), figures.scaling(runs, out)])))

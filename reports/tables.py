@@ -3,83 +3,13 @@
 from __future__ import annotations
 
 import math
-import statistics
 
 import pandas as pd
 
-from reports.stats import bootstrap_interval, with_interval
+from reports.scaling import left_out
+from reports.stats import with_interval
 
 VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
-
-
-BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
-"""What a run shares with the ``single`` run it is compared with: model and size, global batch, arithmetic."""
-
-
-def _left_out(runs: pd.DataFrame) -> pd.Series:
-    """Runs whose timings are not the strategy's alone: disturbed by other work, or profiled."""
-    return runs["disturbed"] | runs["profiled"]
-
-
-def combine(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration from its repeats: the median over the undisturbed ones (over all of them,
-    marked, when every repeat was disturbed), and the bootstrap interval of that median."""
-    if runs.empty:
-        return runs
-    rows = []
-    for _, group in runs.groupby("config_key", sort=False):
-        quiet = group[~_left_out(group)]
-        used = quiet if not quiet.empty else group
-        row = used.iloc[0].to_dict()
-        throughput = list(used["samples_per_s"])
-        interval = bootstrap_interval(throughput)
-        row.update(
-            samples_per_s=statistics.median(throughput),
-            step_time_ms=statistics.median(used["step_time_ms"]),
-            repeats=len(used),
-            disturbed_runs=int(_left_out(group).sum()),
-            all_disturbed=quiet.empty,
-            peak_mem_mib_per_device=used["peak_mem_mib_per_device"].max(),
-        )
-        if interval is not None:  # else the one run's quartile bars stay
-            row["samples_per_s_low"], row["samples_per_s_high"] = interval
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def with_scaling(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The configurations (``combine``) with ``speedup`` over ``single`` at the same global batch, model,
-    size and precision, and ``efficiency`` (speed-up / devices); also returns those baselines.
-
-    The speed-up is the median over rounds of the ratio measured side by side in one round (a
-    configuration's and single's run with the same ``repeat``), with its bootstrap interval; without such
-    pairs it is the ratio of the two medians, without an interval."""
-    combined = combine(runs)
-    if combined.empty:
-        return combined, combined
-    quiet = runs[~_left_out(runs)]
-    single = quiet[(quiet["strategy"] == "single") & (quiet["devices"] == 1)]
-    baseline = combine(single)
-    speedups = [_speedup(row, quiet, single, baseline) for row in combined.to_dict("records")]
-    combined[["speedup", "speedup_low", "speedup_high"]] = pd.DataFrame(speedups, index=combined.index)
-    for column in ("", "_low", "_high"):
-        combined[f"efficiency{column}"] = combined[f"speedup{column}"] / combined["devices"]
-    return combined, baseline
-
-
-def _speedup(row: dict, quiet: pd.DataFrame, single: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float, ...]:
-    nan = float("nan")
-    same = (single[BASELINE_KEYS] == pd.Series({k: row[k] for k in BASELINE_KEYS})).all(axis=1)
-    base_runs = single[same]
-    if base_runs.empty:
-        return nan, nan, nan
-    mine = quiet[quiet["config_key"] == row["config_key"]]
-    base_ms = base_runs.groupby("repeat")["step_time_ms"].median()
-    ratios = [base_ms[r] / ms for r, ms in zip(mine["repeat"], mine["step_time_ms"], strict=True) if r in base_ms]
-    if not ratios:
-        return statistics.median(base_runs["step_time_ms"]) / row["step_time_ms"], nan, nan
-    interval = bootstrap_interval(ratios) or (nan, nan)
-    return statistics.median(ratios), *interval
 
 
 SPLITS_THE_BATCH = {"ddp", "hybrid", "dp"}
@@ -143,8 +73,10 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
                      "samples_per_s": with_interval(best["samples_per_s"], best["samples_per_s_low"],
                                                     best["samples_per_s_high"], 1),
                      "speedup": with_interval(best["speedup"], best["speedup_low"], best["speedup_high"]),
-                     "repeats": best["repeats"], "verified": best["verified"], "emulated": best["emulated"]})
-    return pd.DataFrame(rows)
+                     "baseline": best.get("baseline", "single"), "repeats": best["repeats"],
+                     "verified": best["verified"], "emulated": best["emulated"]})
+    table = pd.DataFrame(rows)
+    return table if _baseline_column(table) else table.drop(columns="baseline")
 
 
 def _verdict(ranked: pd.DataFrame) -> str:
@@ -169,9 +101,14 @@ def results_table(runs: pd.DataFrame) -> pd.DataFrame:
     table["speedup vs single"] = [with_interval(v, lo, hi) for v, lo, hi in
                                   zip(table["speedup"], table["speedup_low"], table["speedup_high"], strict=True)]
     columns = ["panel", "devices", "variant", "scaling", "global_batch", "samples/s", "speedup vs single",
-               "efficiency", "step_time_ms", "peak_mem_mib_per_device", "mfu", "repeats", "disturbed_runs",
-               "verified", "emulated", "oversubscribed"]
+               "efficiency", *_baseline_column(table), "step_time_ms", "peak_mem_mib_per_device", "mfu", "repeats",
+               "disturbed_runs", "verified", "emulated", "oversubscribed"]
     return table[[c for c in columns if c in table.columns]]
+
+
+def _baseline_column(table: pd.DataFrame) -> list[str]:
+    """``baseline`` where some row's speed-up is not over ``single`` (reports/scaling.py), else nothing."""
+    return ["baseline"] if "baseline" in table and (table["baseline"] != "single").any() else []
 
 
 def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
@@ -220,7 +157,7 @@ def bubble_table(runs: pd.DataFrame) -> pd.DataFrame:
     data = runs.dropna(subset=["bubble_measured"])
     if data.empty:
         return data
-    data = data[~_left_out(data)] if not _left_out(data).all() else data
+    data = data[~left_out(data)] if not left_out(data).all() else data
     keys = ["panel", "strategy", "schedule", "devices", "stages_per_rank", "microbatches"]
     table = data.groupby(keys, dropna=False, sort=True)[
         ["bubble_theoretical", "bubble_measured", "update_fraction"]].median().reset_index()
@@ -245,7 +182,8 @@ def data_parallel_family(runs: pd.DataFrame) -> pd.DataFrame:
                                   zip(table["speedup"], table["speedup_low"], table["speedup_high"], strict=True)]
     kinds = {f"mem_{k}_mib": f"{k.replace('_', ' ')} MiB" for k in
              ("parameters", "gathered_parameters", "gradients", "optimizer_state", "activations", "total")}
-    columns = ["panel", "devices", "variant", "global_batch", "samples/s", "speedup vs single", *kinds, "emulated"]
+    columns = ["panel", "devices", "variant", "global_batch", "samples/s", "speedup vs single",
+               *_baseline_column(table), *kinds, "emulated"]
     return table[[c for c in columns if c in table.columns]].rename(columns=kinds).round(3)
 
 
@@ -255,7 +193,7 @@ def fastest_within_memory(runs: pd.DataFrame) -> pd.DataFrame:
     budget admits a faster configuration than every smaller budget did: the speed/memory frontier."""
     tracked = runs.dropna(subset=["mem_total_mib"])
     if "disturbed" in tracked:
-        tracked = tracked[~_left_out(tracked)] if not _left_out(tracked).all() else tracked
+        tracked = tracked[~left_out(tracked)] if not left_out(tracked).all() else tracked
     rows = []
     for (panel, devices, batch), group in tracked.groupby(["panel", "devices", "global_batch"], sort=True):
         best = 0.0

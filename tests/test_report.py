@@ -9,7 +9,8 @@ import pytest
 
 from reports.build import build_report
 from reports.load import load
-from reports.tables import fastest, with_scaling, with_verification
+from reports.scaling import with_scaling
+from reports.tables import fastest, results_table, with_verification
 from tests.helpers.cli import run_bench
 from tests.helpers.records import FAILED, RECORDS, VERIFY, record, repeated
 
@@ -29,6 +30,24 @@ def test_speedup_and_efficiency_are_against_single_on_one_device(results_file: P
     assert ddp["speedup"] == pytest.approx(1.8) and ddp["efficiency"] == pytest.approx(0.9)
     cnn = runs[(runs["strategy"] == "ddp") & (runs["model"] == "cnn")].iloc[0]
     assert cnn["speedup"] == pytest.approx(1.9)
+
+
+def test_without_single_at_a_batch_the_smallest_device_count_that_ran_it_is_the_baseline_and_says_so(
+    tmp_path: Path,
+) -> None:
+    # single ran out of memory at this batch (no ok record); ddp and mp ran on 2 devices, ddp on 4.
+    runs = [*repeated("ddp", 2, 100.0), *repeated("mp", 2, 80.0), *repeated("ddp", 4, 180.0)]
+    path = tmp_path / "no_single.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    combined, _ = with_scaling(load([path]).runs)
+    rows = combined.set_index(["variant", "devices"])
+    four = rows.loc[("ddp", 4)]
+    assert four["speedup"] == pytest.approx(1.8) and four["efficiency"] == pytest.approx(0.9)  # 1.8 on 2x devices
+    assert four["baseline"].startswith("ddp on 2 device(s): no single run at this batch")
+    assert rows.loc[("mp (m=1)", 2), "speedup"] == pytest.approx(0.8)
+    assert rows.loc[("ddp", 2), "speedup"] == pytest.approx(1.0)
+    table = results_table(with_verification(combined, load([path]).verify))
+    assert "baseline" in table.columns  # shown wherever a row is not against single
 
 
 def test_hybrid_efficiency_is_held_against_the_product_of_its_parts(results_file: Path) -> None:

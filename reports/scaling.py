@@ -1,0 +1,116 @@
+"""Repeats into configurations, and each configuration's speed-up over its baseline.
+
+The baseline is ``single`` at the same model, size, global batch and precision. Where no ``single``
+run holds that batch (it ran out of memory, or failed), it is the fastest configuration at the
+smallest device count that ran it, and the row says so: its speed-up is over that configuration,
+its efficiency speed-up / (devices / the baseline's devices).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import pandas as pd
+
+from reports.stats import bootstrap_interval
+
+BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
+"""What a run shares with the run it is compared with: model and size, global batch, arithmetic."""
+SINGLE = "single"
+
+
+def left_out(runs: pd.DataFrame) -> pd.Series:
+    """Runs whose timings are not the strategy's alone: disturbed by other work, or profiled."""
+    return runs["disturbed"] | runs["profiled"]
+
+
+def combine(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration from its repeats: the median over the undisturbed ones (over all of them,
+    marked, when every repeat was disturbed), and the bootstrap interval of that median."""
+    if runs.empty:
+        return runs
+    rows = []
+    for _, group in runs.groupby("config_key", sort=False):
+        quiet = group[~left_out(group)]
+        used = quiet if not quiet.empty else group
+        row = used.iloc[0].to_dict()
+        throughput = list(used["samples_per_s"])
+        interval = bootstrap_interval(throughput)
+        row.update(
+            samples_per_s=statistics.median(throughput),
+            step_time_ms=statistics.median(used["step_time_ms"]),
+            repeats=len(used),
+            disturbed_runs=int(left_out(group).sum()),
+            all_disturbed=quiet.empty,
+            peak_mem_mib_per_device=used["peak_mem_mib_per_device"].max(),
+        )
+        if interval is not None:  # else the one run's quartile bars stay
+            row["samples_per_s_low"], row["samples_per_s_high"] = interval
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The configuration a row's speed-up is over."""
+
+    config_key: str
+    devices: int
+    label: str
+    """``single``, or which configuration stands in for it and why."""
+
+
+def with_scaling(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The configurations (``combine``) with ``speedup`` over their baseline (module docstring), its
+    interval, ``efficiency`` and ``baseline`` (the label); also returns the ``single`` baselines.
+
+    The speed-up is the median over rounds of the ratio measured side by side in one round (a
+    configuration's and its baseline's run with the same ``repeat``), with its bootstrap interval;
+    without such pairs it is the ratio of the two medians, without an interval."""
+    combined = combine(runs)
+    if combined.empty:
+        return combined, combined
+    quiet = runs[~left_out(runs)]
+    singles = combine(quiet[(quiet["strategy"] == SINGLE) & (quiet["devices"] == 1)])
+    configurations = combine(quiet)
+    baselines = [_baseline(row, configurations) for row in combined.to_dict("records")]
+    speedups = [_speedup(row, base, quiet) for row, base in zip(combined.to_dict("records"), baselines, strict=True)]
+    combined[["speedup", "speedup_low", "speedup_high"]] = pd.DataFrame(speedups, index=combined.index)
+    base_devices = pd.Series([b.devices if b else float("nan") for b in baselines], index=combined.index)
+    for column in ("", "_low", "_high"):
+        combined[f"efficiency{column}"] = combined[f"speedup{column}"] / (combined["devices"] / base_devices)
+    combined["baseline"] = [b.label if b else "none: no run at this batch to compare with" for b in baselines]
+    return combined, singles
+
+
+def _baseline(row: dict, configurations: pd.DataFrame) -> Baseline | None:
+    """``single`` at the row's batch, else the fastest of the undisturbed ``configurations`` at the
+    smallest device count that ran it."""
+    if configurations.empty:
+        return None
+    same = configurations[(configurations[BASELINE_KEYS] == pd.Series({k: row[k] for k in BASELINE_KEYS})).all(axis=1)]
+    single = same[(same["strategy"] == SINGLE) & (same["devices"] == 1)]
+    if not single.empty:
+        return Baseline(single.iloc[0]["config_key"], 1, SINGLE)
+    if same.empty:
+        return None
+    smallest = same[same["devices"] == same["devices"].min()]
+    best = smallest.sort_values("samples_per_s", ascending=False).iloc[0]
+    return Baseline(best["config_key"], int(best["devices"]),
+                    f"{best['variant']} on {best['devices']} device(s): no single run at this batch, so the "
+                    "fastest at the smallest device count that ran it")
+
+
+def _speedup(row: dict, base: Baseline | None, quiet: pd.DataFrame) -> tuple[float, float, float]:
+    nan = float("nan")
+    if base is None:
+        return nan, nan, nan
+    base_runs = quiet[quiet["config_key"] == base.config_key]
+    mine = quiet[quiet["config_key"] == row["config_key"]]
+    base_ms = base_runs.groupby("repeat")["step_time_ms"].median()
+    ratios = [base_ms[r] / ms for r, ms in zip(mine["repeat"], mine["step_time_ms"], strict=True) if r in base_ms]
+    if not ratios:
+        return statistics.median(base_runs["step_time_ms"]) / row["step_time_ms"], nan, nan
+    interval = bootstrap_interval(ratios) or (nan, nan)
+    return statistics.median(ratios), *interval
