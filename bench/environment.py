@@ -71,4 +71,15 @@ def environment() -> dict[str, object]:
         "git_commit": commit,
         "git_dirty": bool(status) if commit else None,
         "topology": _gpu_topology(),
+        "device_memory_bytes": _device_memory_bytes(),
     }
+
+
+def _device_memory_bytes() -> int | None:
+    """One GPU's memory, or on a CPU the host's (which emulated devices share)."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None

@@ -36,7 +36,9 @@ class MemoryByKind:
     A tracker's "peak" snapshot is the breakdown at the one moment the total peaked (mid-backward,
     usually), when the gradients are half made and the optimizer has not run. So each kind is taken
     at the larger of its value at that moment and at the step's end, where parameters, gradients
-    and optimizer state are all whole; ``total`` is the peak's.
+    and optimizer state are all whole; activations, which peak as the forward ends and are freed by
+    then, at their largest over every module's snapshots (before and after its forward and backward);
+    ``total`` is the peak's.
     """
 
     def __init__(self, refusal: str | None = None) -> None:
@@ -56,10 +58,13 @@ class MemoryByKind:
             yield
             end = tracker.get_tracker_snapshot()
         peak = tracker.get_tracker_snapshot("peak")
-        self.peaks = [
-            {"device": str(device), "tracker": type(tracker).__name__, **_by_kind(snapshot, end.get(device, {}), kinds)}
-            for device, snapshot in sorted(peak.items(), key=lambda kv: str(kv[0]))
-        ]
+        activations = _activation_peaks(tracker, kinds)
+        self.peaks = []
+        for device, snapshot in sorted(peak.items(), key=lambda kv: str(kv[0])):
+            by_kind = _by_kind(snapshot, end.get(device, {}), kinds)
+            by_kind["activations"] = max(by_kind.get("activations", 0), activations.get(device, 0))
+            fields = dict(sorted(by_kind.items()))
+            self.peaks.append({"device": str(device), "tracker": type(tracker).__name__, **fields})
 
 
 def _tracker(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[object, dict[str, str]]:
@@ -77,18 +82,32 @@ def _tracker(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[
     return tracker, KINDS
 
 
+def _summed(snapshot: dict, kinds: dict[str, str]) -> dict[str, int]:
+    """A tracker snapshot of one device as {record kind: bytes}."""
+    out: dict[str, int] = {}
+    for key, value in snapshot.items():
+        name = kinds.get(str(getattr(key, "value", key)))
+        if name is not None:
+            out[name] = out.get(name, 0) + int(value)
+    return out
+
+
+def _activation_peaks(tracker: object, kinds: dict[str, str]) -> dict[object, int]:
+    """Per device, the most activation bytes any module's snapshot saw (the trackers snapshot every
+    module before and after its forward and backward, and at its peaks)."""
+    peaks: dict[object, int] = {}
+    for stats in getattr(tracker, "memory_tracking", {}).values():
+        for snapshots in stats.snapshots.values():
+            for snapshot in snapshots:
+                for device, by_type in snapshot.items():
+                    held = _summed(by_type, kinds).get("activations", 0)
+                    peaks[device] = max(peaks.get(device, 0), held)
+    return peaks
+
+
 def _by_kind(peak: dict, end: dict, kinds: dict[str, str]) -> dict[str, int]:
     """{record kind: bytes}: each kind the larger of its sum at the peak and at the end; total the peak's."""
-
-    def summed(snapshot: dict) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for key, value in snapshot.items():
-            name = kinds.get(str(getattr(key, "value", key)))
-            if name is not None:
-                out[name] = out.get(name, 0) + int(value)
-        return out
-
-    at_peak, at_end = summed(peak), summed(end)
+    at_peak, at_end = _summed(peak, kinds), _summed(end, kinds)
     merged = {k: max(at_peak.get(k, 0), at_end.get(k, 0)) for k in {*at_peak, *at_end}}
     merged["total"] = at_peak.get("total", 0)
     return dict(sorted(merged.items()))

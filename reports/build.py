@@ -9,6 +9,7 @@ import pandas as pd
 
 from bench.labels import file_name
 from reports import figures
+from reports.capacity import largest_presets
 from reports.load import Results, load, run_label
 from reports.render import Section, write_html, write_markdown
 from reports.scaling import with_scaling
@@ -85,7 +86,17 @@ def build_report(results: Results, out: Path) -> list[Path]:
             text.append("Fastest within a memory budget: for each model, device count and global batch, each "
                         "budget per device (a configuration's tracked peak) and the fastest configuration that "
                         "fits in it; only budgets that buy speed are listed.")
-        sections.append(Section("Memory", text, [t for t in (by_kind, frontier) if not t.empty], _present(memory)))
+        capacity = largest_presets(runs)
+        if not capacity.empty:
+            text.append("Largest preset each strategy fits (EXTRAPOLATED, not measured): from a configuration's "
+                        "tracked bytes, its state bytes per parameter (parameters, gradients, optimizer state, "
+                        "buffers, gathered parameters) times each preset's parameter count, plus the rest "
+                        "(activations, temporaries) scaled by the bytes each preset's forward saves for backward "
+                        "(counted on the meta device); a preset fits where that is within one device's memory (on a "
+                        "CPU, the host's shared among the emulated devices). Allocator slack and the runtime's own "
+                        "memory are not in it.")
+        tables = [t for t in (by_kind, frontier, capacity) if not t.empty]
+        sections.append(Section("Memory", text, tables, _present(memory)))
         family = data_parallel_family(runs)
         if not family.empty:
             sections.append(Section("Data-parallel family", [

@@ -92,6 +92,7 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "pp": fields.get("pp"),
         "parts": fields.get("parts"),
         "accelerator": record["accelerator"],
+        "device_memory_bytes": (record.get("env") or {}).get("device_memory_bytes"),
     }
 
 

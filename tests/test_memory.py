@@ -33,6 +33,15 @@ def test_single_with_sgd_momentum_holds_parameters_gradients_and_state_of_4_byte
     assert device["total"] >= 3 * numel_bytes
 
 
+def test_activations_are_taken_where_they_peak_and_grow_with_the_batch(tmp_path: Path) -> None:
+    # At the step's total peak (mid-backward) most activations are already freed: read there, they
+    # would not grow with the batch. The tracker's module snapshots see them at the forward's end.
+    (small,) = _tracked(tmp_path, batch_size=16)
+    (large,) = _tracked(tmp_path, batch_size=32)
+    assert small["activations"] > 16 * 4  # more than one float per sample
+    assert large["activations"] == pytest.approx(2 * small["activations"], rel=0.05)
+
+
 def test_adam_holds_two_states_per_parameter(tmp_path: Path) -> None:
     (device,) = _tracked(tmp_path, optimizer="adam")
     # exp_avg and exp_avg_sq per parameter (and small step counters): two states where SGD keeps one.

@@ -1,0 +1,95 @@
+"""The largest preset each strategy fits on the measured device: an extrapolation, labelled as one.
+
+From one configuration's tracked memory (its largest device, bench/memory.py) two rates are taken:
+
+- state bytes per parameter: parameters, gathered parameters, gradients, optimizer state and
+  buffers over the model's parameter count (so fsdp on N devices holds about 16/N for fp32 SGD
+  with momentum, ddp 12);
+- everything else (activations, temporaries) per sample of the global batch.
+
+Another preset of the same family, trained by the same strategy at the same global batch, is then
+predicted to hold ``state rate x its parameters + rest x r``, where ``r`` is the ratio of the bytes
+its forward saves for backward to the measured preset's, counted on the meta device (shapes only:
+no memory, no arithmetic). It fits where that is within one device's memory: a GPU's, or on a CPU
+the host's divided among the emulated devices that share it. Not a measurement: allocator slack,
+fragmentation and the runtime's own memory are not in it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pandas as pd
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+import models
+
+STATE_KINDS = ("parameters", "gathered_parameters", "gradients", "optimizer_state", "buffers")
+_COUNT_BATCH = 2
+"""Samples in the meta-device count: BatchNorm in training mode needs more than one value per channel."""
+
+
+@functools.cache
+def preset_sizes(family: str, preset: str) -> tuple[int, float]:
+    """(parameters, bytes saved for backward per sample) of a preset, counted on the meta device.
+
+    Parameters that autograd saves (a Linear keeps its weight for the input gradient) are not
+    activations and are left out."""
+    with torch.device("meta"):
+        spec = models.build_model(family, preset)
+    parameters = {id(p) for p in spec.blocks.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in parameters and id(getattr(tensor, "_base", None)) not in parameters:
+            saved[id(tensor)] = tensor.numel() * tensor.element_size()
+        return tensor
+
+    inputs, targets = spec.make_batch(_COUNT_BATCH, torch.Generator().manual_seed(0))
+    with saved_tensors_hooks(pack, lambda tensor: tensor):
+        spec.loss_fn(spec.blocks(inputs.to("meta")), targets.to("meta"))
+    numel = sum(p.numel() for p in spec.blocks.parameters())
+    return numel, sum(saved.values()) / _COUNT_BATCH
+
+
+def largest_presets(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per tracked configuration (undisturbed, its device's memory known): each preset's extrapolated
+    GiB per device and the largest preset that fits. Empty where no record allows it."""
+    needed = {"mem_total_mib", "device_memory_bytes", "model", "preset"}
+    if runs.empty or not needed <= set(runs.columns):
+        return pd.DataFrame()
+    tracked = runs.dropna(subset=["mem_total_mib", "device_memory_bytes"])
+    tracked = tracked[tracked["model"].isin(models.FAMILIES)]
+    rows = [_row(r) for r in tracked.to_dict("records")]
+    return pd.DataFrame([r for r in rows if r is not None])
+
+
+def _row(run: dict) -> dict[str, object] | None:
+    measured_params, measured_saved = preset_sizes(run["model"], run["preset"])
+    state = sum(_value(run, f"mem_{kind}_mib") for kind in STATE_KINDS) * 2**20
+    rest = max(0.0, run["mem_total_mib"] * 2**20 - state)
+    if measured_params == 0 or measured_saved == 0:
+        return None
+    per_parameter = state / measured_params
+    capacity = run["device_memory_bytes"] / (run["devices"] if run["accelerator"] == "cpu" else 1)
+    row: dict[str, object] = {
+        "panel": run["panel"], "devices": run["devices"], "variant": run["variant"],
+        "global_batch": run["global_batch"], "state bytes per parameter": round(per_parameter, 2),
+        "other MiB per sample": round(rest / run["global_batch"] / 2**20, 4),
+        "device GiB": round(capacity / 2**30, 1),
+    }
+    fits = None
+    for preset in models.PRESETS:
+        params, saved = preset_sizes(run["model"], preset)
+        predicted = per_parameter * params + rest * saved / measured_saved
+        row[f"{preset} GiB (extrapolated)"] = round(predicted / 2**30, 3)
+        fits = preset if predicted <= capacity else fits
+    row["largest preset that fits (extrapolated)"] = fits or "none"
+    return row
+
+
+def _value(run: dict, column: str) -> float:
+    value = run.get(column)
+    return 0.0 if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
