@@ -93,7 +93,7 @@ def build_report(results: Results, out: Path) -> list[Path]:
                         "buffers, gathered parameters) times each preset's parameter count, plus the rest "
                         "(activations, temporaries) scaled by the bytes each preset's forward saves for backward "
                         "(counted on the meta device); a preset fits where that is within one device's memory (on a "
-                        "CPU, the host's shared among the emulated devices). Allocator slack and the runtime's own "
+                        "CPU, the host's shared among the processes). Allocator slack and the runtime's own "
                         "memory are not in it.")
         tables = [t for t in (by_kind, frontier, capacity) if not t.empty]
         sections.append(Section("Memory", text, tables, _present(memory)))

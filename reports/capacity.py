@@ -11,8 +11,8 @@ Another preset of the same family, trained by the same strategy at the same glob
 predicted to hold ``state rate x its parameters + rest x r``, where ``r`` is the ratio of the bytes
 its forward saves for backward to the measured preset's, counted on the meta device (shapes only:
 no memory, no arithmetic). It fits where that is within one device's memory: a GPU's, or on a CPU
-the host's divided among the emulated devices that share it. Not a measurement: allocator slack,
-fragmentation and the runtime's own memory are not in it.
+the host's divided among the processes that share it (the tracker sees a process as one device).
+Not a measurement: allocator slack, fragmentation and the runtime's own memory are not in it.
 """
 
 from __future__ import annotations
@@ -69,25 +69,37 @@ def largest_presets(runs: pd.DataFrame) -> pd.DataFrame:
 def _row(run: dict) -> dict[str, object] | None:
     measured_params, measured_saved = preset_sizes(run["model"], run["preset"])
     state = sum(_value(run, f"mem_{kind}_mib") for kind in STATE_KINDS) * 2**20
-    rest = max(0.0, run["mem_total_mib"] * 2**20 - state)
+    # Activations are tracked at their own peak (the forward's end), which the step's total may not include.
+    rest = max(run["mem_total_mib"] * 2**20 - state, _value(run, "mem_activations_mib") * 2**20, 0.0)
     if measured_params == 0 or measured_saved == 0:
         return None
     per_parameter = state / measured_params
-    capacity = run["device_memory_bytes"] / (run["devices"] if run["accelerator"] == "cpu" else 1)
     row: dict[str, object] = {
         "panel": run["panel"], "devices": run["devices"], "variant": run["variant"],
         "global_batch": run["global_batch"], "state bytes per parameter": round(per_parameter, 2),
-        "other MiB per sample": round(rest / run["global_batch"] / 2**20, 4),
-        "device GiB": round(capacity / 2**30, 1),
+        "other MiB per sample": _significant(rest / run["global_batch"] / 2**20),
+        "device MiB": _significant(_capacity(run) / 2**20),
     }
     fits = None
     for preset in models.PRESETS:
         params, saved = preset_sizes(run["model"], preset)
         predicted = per_parameter * params + rest * saved / measured_saved
-        row[f"{preset} GiB (extrapolated)"] = round(predicted / 2**30, 3)
-        fits = preset if predicted <= capacity else fits
+        row[f"{preset} MiB (extrapolated)"] = _significant(predicted / 2**20)
+        fits = preset if predicted <= _capacity(run) else fits
     row["largest preset that fits (extrapolated)"] = fits or "none"
     return row
+
+
+def _capacity(run: dict) -> float:
+    """One device's bytes. On a CPU the tracker's "device" is a process (mp's emulated devices share
+    one), and the processes share the host's memory."""
+    if run["accelerator"] == "cpu":
+        return run["device_memory_bytes"] / max(1, int(run.get("processes") or run["devices"]))
+    return float(run["device_memory_bytes"])
+
+
+def _significant(value: float) -> float:
+    return float(f"{value:.3g}")
 
 
 def _value(run: dict, column: str) -> float:

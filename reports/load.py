@@ -93,6 +93,7 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "parts": fields.get("parts"),
         "accelerator": record["accelerator"],
         "device_memory_bytes": (record.get("env") or {}).get("device_memory_bytes"),
+        "processes": record.get("processes") or record["device_count"],
     }
 
 

@@ -42,10 +42,10 @@ def test_the_measured_preset_is_predicted_as_measured_and_the_largest_that_fits_
     single = _on(4.0, "single", 1, tracked(state_mib, state_mib, state_mib, 3 * state_mib + 10))
     (row,) = largest_presets(_runs(tmp_path, single)).to_dict("records")
     assert row["state bytes per parameter"] == pytest.approx(12.0)
-    assert row["small GiB (extrapolated)"] == pytest.approx((3 * state_mib + 10) / 1024, abs=1e-3)
+    assert row["small MiB (extrapolated)"] == pytest.approx(3 * state_mib + 10, rel=1e-3)
     # mlp large: 814M parameters x 12 bytes is about 9 GiB, more than the 4 GiB device.
     assert row["largest preset that fits (extrapolated)"] == "small"
-    assert row["large GiB (extrapolated)"] > 9
+    assert row["large MiB (extrapolated)"] > 9 * 1024
 
 
 def test_sharding_moves_the_largest_preset_up_where_it_divides_the_state(tmp_path: Path) -> None:
