@@ -33,6 +33,7 @@ from bench.records import append_record, build_record, failure_record
 from bench.runner import train
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
 from strategies.devices import devices_for, peak_memory
+from strategies.options import BucketOptions, DDPOptions, MeshOptions, PipelineOptions, SplitOptions
 
 if TYPE_CHECKING:
     from bench.fidelity import FidelityResult
@@ -41,6 +42,13 @@ log = logging.getLogger("bench")
 
 FIDELITY_FP32 = ("precision", "channels_last", "compile", "activation_checkpointing", "peak_tflops")
 """Knobs `bench fidelity` does not take: it compares the suite with plain fp32 loops, each as written."""
+FIDELITY_FIXED = (
+    *(f.name for group in (SplitOptions, PipelineOptions, MeshOptions, BucketOptions, DDPOptions)
+      for f in dataclasses.fields(group)),
+    "max_restarts", "save_checkpoint", "load_checkpoint", "scaling", "repeat", "profile",
+)
+"""Options `bench fidelity` does not offer: each comparison fixes its strategy's (the pp comparison its
+split and schedule, the ddp one DDP's defaults as the tutorial has them); only fsdp's resharding is a choice."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(commands)
     verify.add_parser(commands)
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
-    add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32))
+    add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32,
+                                                    *FIDELITY_FIXED))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
     fidelity.add_argument("--out", default="results/fidelity.jsonl",
                           help="one record per comparison, read by bench report (default: %(default)s)")

@@ -339,3 +339,12 @@ def test_the_real_comparisons_run_once_on_a_tiny_model_and_fill_every_field(tmp_
     assert all(0.2 < ratio < 5 for ratio in ratios)  # both sides timed the same work
     bubble = records[-1]
     assert 0 <= bubble["measured_bubble_fraction"] < 1 and bubble["theoretical_bubble_fraction"] == pytest.approx(1 / 9)
+
+
+def test_fidelity_offers_only_the_options_its_comparisons_take() -> None:
+    fidelity = cli.build_parser()._subparsers._group_actions[0].choices["fidelity"]  # noqa: SLF001
+    flags = {flag for action in fidelity._actions for flag in action.option_strings}  # noqa: SLF001
+    assert {"--model", "--preset", "--rounds", "--reshard-after-forward", "--no-reshard-after-forward"} <= flags
+    # Each comparison fixes its strategy's options: offering them would only lead to "is for ddp, not single".
+    assert not flags & {"--static-graph", "--dp", "--pp", "--microbatches", "--schedule", "--bucket-cap-mb",
+                        "--sync-batchnorm", "--balance", "--precision", "--save-checkpoint", "--profile"}
