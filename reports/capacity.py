@@ -22,36 +22,19 @@ import math
 
 import pandas as pd
 import torch
-from torch.autograd.graph import saved_tensors_hooks
 
 import models
+from models.sizes import parameter_counts, saved_bytes_per_sample
 
 STATE_KINDS = ("parameters", "gathered_parameters", "gradients", "optimizer_state", "buffers")
-_COUNT_BATCH = 2
-"""Samples in the meta-device count: BatchNorm in training mode needs more than one value per channel."""
 
 
 @functools.cache
 def preset_sizes(family: str, preset: str) -> tuple[int, float]:
-    """(parameters, bytes saved for backward per sample) of a preset, counted on the meta device.
-
-    Parameters that autograd saves (a Linear keeps its weight for the input gradient) are not
-    activations and are left out."""
+    """(parameters, bytes saved for backward per sample) of a preset, counted on the meta device."""
     with torch.device("meta"):
         spec = models.build_model(family, preset)
-    parameters = {id(p) for p in spec.blocks.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if id(tensor) not in parameters and id(getattr(tensor, "_base", None)) not in parameters:
-            saved[id(tensor)] = tensor.numel() * tensor.element_size()
-        return tensor
-
-    inputs, targets = spec.make_batch(_COUNT_BATCH, torch.Generator().manual_seed(0))
-    with saved_tensors_hooks(pack, lambda tensor: tensor):
-        spec.loss_fn(spec.blocks(inputs.to("meta")), targets.to("meta"))
-    numel = sum(p.numel() for p in spec.blocks.parameters())
-    return numel, sum(saved.values()) / _COUNT_BATCH
+    return sum(parameter_counts(spec.blocks)), sum(saved_bytes_per_sample(spec))
 
 
 def largest_presets(runs: pd.DataFrame) -> pd.DataFrame:
