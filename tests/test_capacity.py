@@ -42,7 +42,7 @@ def test_the_measured_preset_is_predicted_as_measured_and_the_largest_that_fits_
     single = _on(4.0, "single", 1, tracked(state_mib, state_mib, state_mib, 3 * state_mib + 10))
     (row,) = largest_presets(_runs(tmp_path, single)).to_dict("records")
     assert row["state bytes per parameter"] == pytest.approx(12.0)
-    assert row["small MiB (extrapolated)"] == pytest.approx(3 * state_mib + 10, rel=1e-3)
+    assert row["small MiB (extrapolated)"] == pytest.approx(3 * state_mib + 10, rel=5e-3)  # 3 significant figures
     # mlp large: 814M parameters x 12 bytes is about 9 GiB, more than the 4 GiB device.
     assert row["largest preset that fits (extrapolated)"] == "small"
     assert row["large MiB (extrapolated)"] > 9 * 1024
