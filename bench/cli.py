@@ -29,6 +29,7 @@ from bench.fidelity import (
 )
 from bench.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
+from bench.predict import cli as predict_cli
 from bench.records import append_record, build_record, failure_record
 from bench.runner import train
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_parser(commands)
     report.add_parser(commands)
     verify.add_parser(commands)
+    predict_cli.add_parsers(commands)
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32,
                                                     *FIDELITY_FIXED))
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_explain(args)
     if args.command == "fidelity":
         return cmd_fidelity(args)
+    if args.command == "calibrate":
+        return predict_cli.calibrate_main(args)
+    if args.command == "predict":
+        return predict_cli.predict_main(args)
     raise AssertionError(args.command)
 
 

@@ -1,0 +1,168 @@
+"""What ``bench calibrate`` measured, as one typed value with its JSON form and the checks a reader needs.
+
+A calibration belongs to one machine (host, device, torch) and one model at one preset; a prediction
+from another's would be a guess presented as a prediction, so ``check_matches`` refuses it in one line.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strategies import ConfigError
+
+CALIBRATION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Line:
+    """``milliseconds = fixed + per_sample x samples``, least squares over the batch sizes measured."""
+
+    fixed: float
+    per_sample: float
+
+    def at(self, samples: float) -> float:
+        return max(0.0, self.fixed + self.per_sample * samples)
+
+    @classmethod
+    def fit(cls, points: list[tuple[float, float]]) -> Line:
+        """The least-squares line through (samples, ms); a flat line through one point."""
+        if len(points) == 1:
+            return cls(0.0, points[0][1] / points[0][0])
+        n = len(points)
+        mx = sum(x for x, _ in points) / n
+        my = sum(y for _, y in points) / n
+        sxx = sum((x - mx) ** 2 for x, _ in points)
+        slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+        return cls(my - slope * mx, slope)
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block of the model: compute per batch size, what it holds and what leaves it."""
+
+    forward_ms: Line
+    backward_ms: Line
+    parameters: int
+    output_bytes_per_sample: float
+    """The activation that crosses to the next block (a pipeline's transfer per sample)."""
+    saved_bytes_per_sample: float
+    """What its forward keeps for its backward (models/sizes.py)."""
+
+
+@dataclass(frozen=True)
+class ComputeCosts:
+    """The model's compute at one thread count per process."""
+
+    blocks: list[BlockCost]
+    optimizer_ms_per_parameter: float
+    """The optimizer step's time over the parameters it updated."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A collective's milliseconds by message bytes: measured points, linear between them in bytes
+    (latency plus bytes over the bandwidth of that size range) and extended by the last range's slope."""
+
+    points: list[tuple[int, float]]
+
+    def at(self, size: float) -> float:
+        if size <= 0:
+            return 0.0
+        sizes = [s for s, _ in self.points]
+        i = min(max(bisect.bisect_left(sizes, size), 1), len(sizes) - 1)
+        (s0, t0), (s1, t1) = self.points[i - 1], self.points[i]
+        slope = (t1 - t0) / (s1 - s0) if s1 != s0 else 0.0
+        return max(self.points[0][1] if size < s0 else 0.0, t0 + slope * (size - s0))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One machine and model, measured by ``bench calibrate``."""
+
+    model: str
+    preset: str
+    norm: str
+    precision: str
+    accelerator: str
+    backend: str
+    machine: dict[str, object]
+    """The identity a prediction is checked against: host, device names, torch."""
+    threads: dict[int, ComputeCosts]
+    """Per thread count measured (a CPU process's share of the cores changes its compute)."""
+    collectives: dict[str, Curve]
+    """all_reduce, all_gather, reduce_scatter, broadcast, send_recv on ``collective_ranks`` processes."""
+    collective_ranks: int
+    slowdown: dict[int, float] = field(default_factory=dict)
+    """Per count of processes computing at once on this machine, how much slower each one's compute runs
+    than alone (shared cores and memory bandwidth; 1.0 on separate GPUs)."""
+    env: dict[str, object] = field(default_factory=dict)
+
+    def blocks(self, threads: int) -> list[BlockCost]:
+        return self.threads[self._nearest(threads)].blocks
+
+    def optimizer_ms(self, threads: int, parameters: float) -> float:
+        return self.threads[self._nearest(threads)].optimizer_ms_per_parameter * parameters
+
+    def slowdown_for(self, processes: int) -> float:
+        """The measured slowdown at this many processes; beyond the largest measured, it grows with the
+        oversubscription (processes per core share), and 1.0 for one process."""
+        if processes <= 1 or not self.slowdown:
+            return 1.0
+        if processes in self.slowdown:
+            return self.slowdown[processes]
+        largest = max(self.slowdown)
+        return self.slowdown[largest] * processes / largest
+
+    def _nearest(self, threads: int) -> int:
+        return min(self.threads, key=lambda t: (abs(t - threads), t))
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["kind"], data["calibration_version"] = "calibration", CALIBRATION_VERSION
+        return data
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Calibration:
+        """Reads a file ``bench calibrate`` wrote; ConfigError (one line) for anything else."""
+        try:
+            data: Any = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read calibration {path}: {exc}") from None
+        if not isinstance(data, dict) or data.get("kind") != "calibration":
+            raise ConfigError(f"{path} is not a calibration written by `bench calibrate`")
+        if data.get("calibration_version") != CALIBRATION_VERSION:
+            raise ConfigError(f"{path} is calibration version {data.get('calibration_version')}, this suite reads "
+                              f"{CALIBRATION_VERSION}: calibrate again")
+        try:
+            threads = {int(t): ComputeCosts([_block(b) for b in v["blocks"]], float(v["optimizer_ms_per_parameter"]))
+                       for t, v in data["threads"].items()}
+            curves = {name: Curve([(int(s), float(ms)) for s, ms in c["points"]])
+                      for name, c in data["collectives"].items()}
+            return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
+                       data["backend"], data["machine"], threads, curves, int(data["collective_ranks"]),
+                       {int(k): float(v) for k, v in data.get("slowdown", {}).items()}, data.get("env", {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
+
+    def check_matches(self, machine: dict[str, object], model: str, preset: str) -> None:
+        """ConfigError naming the difference when this calibration is of another machine, torch or model."""
+        if (self.model, self.preset) != (model, preset):
+            raise ConfigError(f"the calibration is of {self.model}/{self.preset}, not {model}/{preset}; run "
+                              f"`bench calibrate --model {model} --preset {preset}`")
+        for key, value in self.machine.items():
+            if machine.get(key) != value:
+                raise ConfigError(f"the calibration was taken with {key} {value!r}, this machine has "
+                                  f"{machine.get(key)!r}; calibrate on this machine")
+
+
+def _block(data: dict[str, Any]) -> BlockCost:
+    return BlockCost(Line(**data["forward_ms"]), Line(**data["backward_ms"]), int(data["parameters"]),
+                     float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]))

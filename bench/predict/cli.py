@@ -1,0 +1,181 @@
+"""``bench calibrate`` and ``bench predict``: measure this machine into one file, then predict from it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import logging
+from pathlib import Path
+
+from tqdm import tqdm
+
+import models
+from bench.cli_args import comma_list, fail
+from bench.config import RunConfig, resolve
+from bench.environment import environment
+from bench.predict.calibration import Calibration
+from bench.predict.collectives import default_sizes, measure_collectives
+from bench.predict.compute import compute_costs, slowdown
+from bench.predict.costs import Scenario, predict_step, stage_blocks, threads_for
+from bench.predict.memory import optimizer_states, predict_memory
+from bench.records import RECORD_VERSION, append_record
+from bench.runner import optimizer_choice
+from strategies import ConfigError, strategy_class
+
+log = logging.getLogger(__name__)
+
+MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
+"""What a calibration must share with the machine it predicts for."""
+PREDICTED = ("single", "dp", "ddp", "zero1", "fsdp", "tp", "mp", "pp", "hybrid")
+
+
+def machine_identity(env: dict[str, object]) -> dict[str, object]:
+    return {key: env.get(key) for key in MACHINE_KEYS}
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    calibrate = commands.add_parser("calibrate", help="measure this machine's compute and communication for predict")
+    calibrate.add_argument("--model", default="mlp")
+    calibrate.add_argument("--preset", default="small")
+    calibrate.add_argument("--norm", default="group")
+    calibrate.add_argument("--batch-size", type=int, default=None, help="global batch (default: the preset's)")
+    calibrate.add_argument("--devices", type=comma_list(int), default=(1, 2), help="device counts to prepare for")
+    calibrate.add_argument("--microbatches", type=comma_list(int), default=(1, 4), help="micro-batch counts")
+    calibrate.add_argument("--collective-max-mib", type=int, default=256, help="largest message (default: 256)")
+    calibrate.add_argument("--repeats", type=int, default=5, help="timings per block and batch size (default: 5)")
+    calibrate.add_argument("--out", default="results/calibration.json")
+    predict = commands.add_parser("predict", help="predict step time, memory and bubble from a calibration")
+    predict.add_argument("--calibration", default="results/calibration.json")
+    predict.add_argument("--model", default="mlp")
+    predict.add_argument("--preset", default="small")
+    predict.add_argument("--strategies", type=comma_list(str), default=("single", "ddp", "pp"))
+    predict.add_argument("--devices", type=comma_list(int), default=(1, 2))
+    predict.add_argument("--batch-size", type=int, default=None)
+    predict.add_argument("--microbatches", type=int, default=4)
+    predict.add_argument("--schedule", default="gpipe")
+    predict.add_argument("--out", default="results/predictions.jsonl")
+
+
+def calibrate_main(args: argparse.Namespace) -> int:
+    try:
+        config = resolve(RunConfig(model=args.model, preset=args.preset, norm=args.norm, batch_size=args.batch_size,
+                                   out=str(Path(args.out).with_suffix(".jsonl")), precision="fp32"))
+        if min(args.devices) < 1 or min(args.microbatches) < 1 or args.repeats < 1:
+            raise ConfigError("--devices, --microbatches and --repeats must be at least 1")
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    except (ConfigError, OSError) as exc:
+        fail("bench calibrate", str(exc))
+    calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20, args.repeats)
+    calibration.save(Path(args.out))
+    print(f"calibration: {config.model}/{config.preset} on {calibration.machine['hostname']} -> {args.out}")
+    return 0
+
+
+def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
+              repeats: int) -> Calibration:
+    """Measures compute at every thread count and batch the devices and micro-batches need, the
+    collectives on 2 processes, and the slowdown of processes computing together."""
+    import torch
+
+    make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
+    batches = sorted({max(1, config.batch_size // (d * m)) for d in devices for m in microbatches}
+                     | {config.batch_size})
+    threads = sorted({threads_for(d) for d in devices} | {threads_for(1)})
+    device = torch.device("cuda" if config.accelerator == "cuda" else "cpu")
+    costs = {}
+    parallel = sorted(d for d in set(devices) if d > 1)
+    steps = tqdm(total=len(threads) + 1 + len(parallel), desc="calibrate", unit="step")
+    before = torch.get_num_threads()
+    for t in threads:
+        torch.set_num_threads(t)
+        costs[t] = compute_costs(make_spec, batches, optimizer_choice(config).build, device, repeats)
+        steps.update()
+    torch.set_num_threads(before)
+    curves = measure_collectives(2, config.accelerator, default_sizes(largest))
+    steps.update()
+    slow = {}
+    for d in parallel:
+        slow[d] = 1.0 if config.accelerator == "cuda" else slowdown(make_spec, max(1, config.batch_size // d), d,
+                                                                     threads_for(d), seconds=2.0)
+        steps.update()
+    steps.close()
+    env = environment()
+    return Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
+                       machine_identity(env), costs, curves, 2, slow, env)
+
+
+def scenario_for(config: RunConfig) -> Scenario:
+    """The cost-relevant options of a resolved run configuration."""
+    import torch
+
+    blocks: list[int] = []
+    pairs: list[int] = []
+    if config.strategy == "tp":
+        with torch.device("meta"):
+            plan = models.build_model(config.model, config.preset, config.norm).tp_plan
+        styles = plan.styles if plan else {}
+        rowwise = [int(path.split(".")[0]) for path, style in styles.items() if style == "rowwise"]
+        blocks = sorted({int(path.split(".")[0]) for path in styles})
+        pairs = [rowwise.count(b) for b in blocks]
+    return Scenario(config.strategy, config.devices, config.batch_size, config.microbatches, config.schedule,
+                    config.stages_per_rank, config.balance, config.bucket_cap_mb, config.reshard_after_forward,
+                    config.dp, config.pp, tuple(blocks), tuple(pairs))
+
+
+def prediction_record(calibration: Calibration, config: RunConfig, source: str) -> dict[str, object]:
+    """A record of kind ``prediction`` for ``config``: every figure named predicted."""
+    scenario = scenario_for(config)
+    step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
+    stages = None
+    if scenario.strategy in ("mp", "pp", "hybrid"):
+        replicas = (scenario.dp or 1) if scenario.strategy == "hybrid" else 1
+        ranks = scenario.devices // replicas
+        stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
+                              scenario.global_batch / replicas / scenario.microbatches)
+    memory = predict_memory(calibration.blocks(threads_for(scenario.devices)), scenario,
+                            optimizer_states(config.optimizer), stages)
+    return {
+        "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "strategy": config.strategy, "model": config.model, "preset": config.preset,
+        "device_count": config.devices, "global_batch_size": config.batch_size, "accelerator": config.accelerator,
+        "config": dataclasses.asdict(scenario),
+        "predicted_step_time_ms": step.step_ms, "predicted_samples_per_s": config.batch_size / step.step_ms * 1e3,
+        "predicted_compute_ms": step.compute_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,
+        "predicted_update_ms": step.update_ms, "predicted_bubble": step.bubble,
+        "predicted_memory_by_kind": memory, "compute_source": source, "notes": step.notes,
+        "predicted_timeline": [{"rank": s.rank, "kind": s.action.kind, "stage": s.action.stage,
+                                "microbatch": s.action.microbatch, "start_ms": s.start, "end_ms": s.end}
+                               for s in step.timeline],
+    }
+
+
+def predict_main(args: argparse.Namespace) -> int:
+    try:
+        calibration = Calibration.load(Path(args.calibration))
+        calibration.check_matches(machine_identity(environment()), args.model, args.preset)
+        configs = []
+        for name in args.strategies:
+            strategy_class(name)
+            if name not in PREDICTED:
+                raise ConfigError(f"no cost model for {name}; predicted: {', '.join(PREDICTED)}")
+            for devices in args.devices:
+                config = RunConfig(strategy=name, model=args.model, preset=args.preset, devices=devices,
+                                   batch_size=args.batch_size, norm=calibration.norm, out=args.out,
+                                   microbatches=args.microbatches if name in ("mp", "pp", "hybrid") else 1,
+                                   schedule=args.schedule)
+                try:
+                    configs.append(resolve(config))
+                except ConfigError as exc:
+                    log.warning("%s on %d device(s) not predicted: %s", name, devices, exc)
+    except ConfigError as exc:
+        fail("bench predict", str(exc))
+    source = f"calibration {args.calibration} ({calibration.machine['hostname']})"
+    for config in configs:
+        record = prediction_record(calibration, config, source)
+        append_record(args.out, record)
+        print(f"{config.strategy:<7} x{config.devices}  predicted {record['predicted_step_time_ms']:9.2f} ms/step  "
+              f"{record['predicted_samples_per_s']:10.1f} samples/s  (predicted)")
+    return 0

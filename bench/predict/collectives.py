@@ -1,0 +1,101 @@
+"""Measuring the collectives and point-to-point transfers the strategies use, on N processes of this machine.
+
+Every size is timed as the slowest rank sees it (a collective ends for the step when its last rank
+leaves it), the median over a few repeats after a warm-up, each repeat started together (barrier).
+Sizes are the bytes of the tensor each rank contributes (all_gather: each rank's shard;
+reduce_scatter: each rank's whole input), so the strategies' cost models name the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from bench.predict.calibration import Curve
+from bench.ranks import become_rank
+from strategies.distributed import process_group, torchrun_topology
+
+OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+KIB = 1024
+
+
+def default_sizes(largest: int = 256 * KIB * KIB) -> list[int]:
+    """4 KiB, 16 KiB, ... up to ``largest``: every factor of 4."""
+    sizes, size = [], 4 * KIB
+    while size <= largest:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+def _operation(name: str, size: int, world: int, rank: int, device: torch.device) -> Callable[[], None]:
+    elements = max(1, size // 4)
+    tensor = torch.ones(elements, device=device)
+    if name == "all_reduce":
+        return lambda: dist.all_reduce(tensor)
+    if name == "all_gather":
+        out = torch.empty(elements * world, device=device)
+        return lambda: dist.all_gather_into_tensor(out, tensor)
+    if name == "reduce_scatter":
+        whole = torch.ones(elements - elements % world or world, device=device)
+        out = torch.empty(whole.numel() // world, device=device)
+        return lambda: dist.reduce_scatter_tensor(out, whole)
+    if name == "broadcast":
+        return lambda: dist.broadcast(tensor, src=0)
+    if name == "send_recv":  # rank 0 to rank 1, as a pipeline's neighbours; the others wait at the barrier
+        if rank == 0:
+            return lambda: dist.send(tensor, dst=1)
+        if rank == 1:
+            return lambda: dist.recv(tensor, src=0)
+        return lambda: None
+    raise ValueError(f"unknown operation {name!r}; choose from {', '.join(OPERATIONS)}")
+
+
+def _repeats(size: int) -> int:
+    return 3 if size >= 64 * KIB * KIB else 5
+
+
+def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequence[int], timeout_s: float) -> None:
+    become_rank(rank, world, folder)
+    torch.set_num_threads(1)
+    topo = torchrun_topology(accelerator)
+    device = topo.devices[0]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    results: dict[str, list[tuple[int, float]]] = {}
+    with process_group(topo, timeout_s):
+        for name in OPERATIONS:
+            points = []
+            for size in sizes:
+                run = _operation(name, size, world, rank, device)
+                run()  # warm-up: connections, buffers
+                seconds = []
+                for _ in range(_repeats(size)):
+                    dist.barrier()
+                    start = time.perf_counter()
+                    run()
+                    sync()
+                    seconds.append(time.perf_counter() - start)
+                slowest = torch.tensor(seconds, dtype=torch.float64)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                points.append((size, statistics.median(slowest.tolist()) * 1e3))
+            results[name] = points
+    if rank == 0:
+        torch.save(results, os.path.join(folder, "collectives.pt"))
+
+
+def measure_collectives(
+    world: int, accelerator: str, sizes: Sequence[int], timeout_s: float = 300.0
+) -> dict[str, Curve]:
+    """Each operation's milliseconds by bytes on ``world`` processes of this machine."""
+    with tempfile.TemporaryDirectory() as folder:
+        mp.start_processes(_worker, args=(world, folder, accelerator, list(sizes), timeout_s), nprocs=world,
+                           join=True, start_method="spawn")
+        measured = torch.load(os.path.join(folder, "collectives.pt"))
+    return {name: Curve(points) for name, points in measured.items()}

@@ -1,0 +1,151 @@
+"""Measuring a model's compute, block by block, and how much a process slows when others compute beside it.
+
+Each block is timed on its own: its real input at the batch size (made by running the blocks before
+it once), a forward, then a backward from a random output gradient (the loss's, for the last). So a
+strategy that splits the model anywhere finds its parts' costs here, at any micro-batch size the
+sweep uses (a line in the batch size fits the sizes measured).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+import torch.multiprocessing as mp
+
+from bench.predict.calibration import BlockCost, ComputeCosts, Line
+from bench.processes import die_with_parent
+from models.sizes import parameter_counts, saved_bytes_per_sample
+from models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Barrier
+
+
+def _synchronized(device: torch.device) -> Callable[[], float]:
+    def now() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return now
+
+
+def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: int) -> list[tuple[float, float]]:
+    """Per block, (forward ms, backward ms) at ``batch`` samples: medians over ``repeats`` after one warm-up."""
+    now = _synchronized(device)
+    blocks = spec.blocks.to(device)
+    inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
+    inputs, targets = inputs.to(device), targets.to(device)
+    with torch.no_grad():
+        block_inputs = [inputs]
+        for block in blocks[:-1]:
+            block_inputs.append(block(block_inputs[-1]))
+    times = []
+    for i, block in enumerate(blocks):
+        last = i == len(blocks) - 1
+        forward, backward = [], []
+        for r in range(repeats + 1):
+            x = block_inputs[i].detach().requires_grad_(block_inputs[i].is_floating_point())
+            start = now()
+            out = block(x)
+            loss = spec.loss_fn(out, targets) if last else None
+            middle = now()
+            if loss is not None:
+                loss.backward()
+            else:
+                out.backward(torch.ones_like(out))
+            end = now()
+            if r > 0:  # the first runs cold (allocations, kernel selection)
+                forward.append((middle - start) * 1e3)
+                backward.append((end - middle) * 1e3)
+            blocks.zero_grad(set_to_none=True)
+        times.append((statistics.median(forward), statistics.median(backward)))
+    return times
+
+
+def optimizer_ms_per_parameter(spec: ModelSpec, build: Callable, device: torch.device, repeats: int) -> float:
+    """The optimizer step's median time over the model's parameter count (gradients present, state made)."""
+    now = _synchronized(device)
+    params = list(spec.blocks.to(device).parameters())
+    for p in params:
+        p.grad = torch.ones_like(p)
+    optimizer = build(params)
+    optimizer.step()  # makes the state: the timed steps update it, as every step after the first does
+    steps = []
+    for _ in range(repeats):
+        start = now()
+        optimizer.step()
+        steps.append((now() - start) * 1e3)
+    return statistics.median(steps) / max(1, sum(p.numel() for p in params))
+
+
+def compute_costs(
+    make_spec: Callable[[], ModelSpec], batches: Sequence[int], build_optimizer: Callable, device: torch.device,
+    repeats: int,
+) -> ComputeCosts:
+    """Every block's forward and backward as lines over ``batches``, and the optimizer's per-parameter time."""
+    spec = make_spec()
+    per_batch = {n: block_times_ms(spec, n, device, repeats) for n in batches}
+    with torch.device("meta"):
+        meta = make_spec()
+    saved = saved_bytes_per_sample(meta)
+    counts = parameter_counts(spec.blocks)
+    outputs = _output_bytes_per_sample(spec, device)
+    blocks = [
+        BlockCost(Line.fit([(n, per_batch[n][i][0]) for n in batches]),
+                  Line.fit([(n, per_batch[n][i][1]) for n in batches]), counts[i], outputs[i], saved[i])
+        for i in range(len(spec.blocks))
+    ]
+    return ComputeCosts(blocks, optimizer_ms_per_parameter(spec, build_optimizer, device, repeats))
+
+
+def _output_bytes_per_sample(spec: ModelSpec, device: torch.device) -> list[float]:
+    inputs, _ = spec.make_batch(2, torch.Generator().manual_seed(0))
+    x, sizes = inputs.to(device), []
+    with torch.no_grad():
+        for block in spec.blocks:
+            x = block(x)
+            sizes.append(x.numel() * x.element_size() / 2)
+    return sizes
+
+
+def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, threads: int, seconds: float,
+               start: Barrier, results: Queue) -> None:
+    die_with_parent()
+    torch.set_num_threads(threads)
+    spec = make_spec()
+    inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
+    spec.loss_fn(spec.blocks(inputs), targets).backward()  # warm
+    start.wait()
+    steps, began = [], time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        t0 = time.perf_counter()
+        spec.loss_fn(spec.blocks(inputs), targets).backward()
+        steps.append(time.perf_counter() - t0)
+    results.put((rank, statistics.median(steps)))
+
+
+def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:
+    """How much slower one process's forward+backward runs while ``processes`` run it at once (each
+    with ``threads`` threads) than while it runs alone: what emulated devices sharing cores cost."""
+    alone = _together(make_spec, batch, 1, threads, seconds)
+    together = _together(make_spec, batch, processes, threads, seconds)
+    return together / alone
+
+
+def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    start, results = ctx.Barrier(processes), ctx.Queue()
+    workers = [ctx.Process(target=_busy_loop, args=(r, make_spec, batch, threads, seconds, start, results))
+               for r in range(processes)]
+    for w in workers:
+        w.start()
+    medians = [results.get(timeout=120 + seconds)[1] for _ in workers]
+    for w in workers:
+        w.join(timeout=30)
+    return statistics.median(medians)

@@ -1,0 +1,239 @@
+"""Predicted step time of every strategy from a calibration: compute per block, communication by size.
+
+Each model says what it overlaps and what it leaves exposed, as the strategy runs it:
+
+- single, mp: the blocks one after another (mp's stages take turns, as its devices do), then the update.
+- ddp: the forward, then the backward with each gradient bucket's all-reduce starting as the bucket
+  fills (reverse block order, the first bucket 1 MiB, then ``--bucket-cap-mb``), one at a time; what
+  the last all-reduce runs past the backward is exposed. zero1 updates 1/N of the parameters, then
+  every rank broadcasts its shard.
+- fsdp: each block's all-gather before its forward (and, with ZeRO-3, before its backward) on a
+  communication stream that runs one block ahead; each block's gradients reduce-scattered after its
+  backward; the update of the shard.
+- tp: the sharded blocks' compute divided by the degree; each column/row pair's all-reduce forward and
+  backward on the critical path.
+- pp, hybrid: the schedule's own action table (strategies/action_tables.py) replayed with the stages'
+  calibrated F and B times (I and W half a B each) and transfers of the stage's output; hybrid adds the
+  stages' gradient all-reduce over the replicas after the schedule.
+
+Emulated devices share a CPU: every process computes slower while the others compute, by the
+calibrated ``slowdown`` at that many processes, with its share of the cores' threads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from bench.predict.calibration import BlockCost, Calibration
+from strategies.action_tables import Action, SimulatedSpan, action_table, simulate, simulated_bubble
+from strategies.partition import balance_by_cost, even_balance, explicit_balance
+from strategies.schedules import available_schedules, schedule_info
+from strategies.timing import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
+
+FIRST_BUCKET_BYTES = 1024 * 1024
+"""DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES): small, so the first
+all-reduce starts early in the backward."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The configuration a prediction is for (the options ``bench run`` takes that change its cost)."""
+
+    strategy: str
+    devices: int
+    global_batch: int
+    microbatches: int = 1
+    schedule: str = "gpipe"
+    stages_per_rank: int = 1
+    balance: str = "even"
+    bucket_cap_mb: float = 25.0
+    reshard_after_forward: bool = True
+    dp: int | None = None
+    pp: int | None = None
+    tp_blocks: tuple[int, ...] = ()
+    """tp: the blocks its plan shards, each with one all-reduce pair per row-wise layer (``tp_pairs``)."""
+    tp_pairs: tuple[int, ...] = ()
+
+
+@dataclass
+class StepPrediction:
+    """A predicted step: its time, what it is made of, and the pipeline timeline where there is one."""
+
+    step_ms: float
+    compute_ms: float
+    exposed_comm_ms: float
+    update_ms: float
+    bubble: float | None = None
+    timeline: list[SimulatedSpan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def threads_for(processes: int) -> int:
+    """A process's threads when ``processes`` share this machine (bench/launch.py's rule)."""
+    return max(1, cores() // processes)
+
+
+def _pass(blocks: list[BlockCost], ids: range | list[int], samples: float) -> tuple[float, float]:
+    return (sum(blocks[i].forward_ms.at(samples) for i in ids), sum(blocks[i].backward_ms.at(samples) for i in ids))
+
+
+def ring(calibration: Calibration, operation: str, size: float, ranks: int) -> float:
+    """A collective's ms on ``ranks`` processes from the curve measured on ``collective_ranks``: a ring
+    moves 2(N-1)/N of the bytes for all-reduce and (N-1)/N for the others, per rank."""
+    if ranks <= 1:
+        return 0.0
+    measured = calibration.collective_ranks
+    factor = (ranks - 1) / ranks / ((measured - 1) / measured)
+    return calibration.collectives[operation].at(size * factor)
+
+
+def predict_step(calibration: Calibration, scenario: Scenario, optimizer_states: int) -> StepPrediction:
+    """The predicted step of ``scenario``; ValueError for a strategy or setting with no model here."""
+    name = scenario.strategy
+    if name in ("single", "dp"):
+        return _in_process(calibration, scenario, 1)
+    if name == "mp":
+        return _in_process(calibration, scenario, scenario.microbatches)
+    if name in ("ddp", "zero1"):
+        return _data_parallel(calibration, scenario)
+    if name == "fsdp":
+        return _fsdp(calibration, scenario)
+    if name == "tp":
+        return _tensor_parallel(calibration, scenario)
+    if name in ("pp", "hybrid"):
+        return _pipeline(calibration, scenario)
+    raise ValueError(f"no cost model for strategy {name!r}")
+
+
+def _in_process(calibration: Calibration, scenario: Scenario, microbatches: int) -> StepPrediction:
+    threads = cores()
+    blocks = calibration.blocks(threads)
+    forward, backward = _pass(blocks, range(len(blocks)), scenario.global_batch / microbatches)
+    compute = (forward + backward) * microbatches
+    update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
+    notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
+    return StepPrediction(compute + update, compute, 0.0, update, notes=notes)
+
+
+def _data_parallel(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+    n = scenario.devices
+    threads = threads_for(n)
+    blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
+    samples = scenario.global_batch / n
+    forward = sum(b.forward_ms.at(samples) for b in blocks) * slow
+    # The backward runs from the last block; a bucket's all-reduce starts once its blocks are done.
+    clock, comm_free, bucket, cap = forward, forward, 0.0, FIRST_BUCKET_BYTES
+    for i in reversed(range(len(blocks))):
+        clock += blocks[i].backward_ms.at(samples) * slow
+        bucket += blocks[i].parameters * 4
+        if bucket >= cap or i == 0:
+            comm_free = max(comm_free, clock) + ring(calibration, "all_reduce", bucket, n)
+            bucket, cap = 0.0, scenario.bucket_cap_mb * 2**20
+    exposed = max(0.0, comm_free - clock)
+    parameters = sum(b.parameters for b in blocks)
+    if scenario.strategy == "zero1":
+        update = calibration.optimizer_ms(threads, parameters / n) * slow
+        exposed += n * ring(calibration, "broadcast", parameters * 4 / n, n)  # each rank sends its shard
+    else:
+        update = calibration.optimizer_ms(threads, parameters) * slow
+    return StepPrediction(clock + exposed + update, clock, exposed, update)
+
+
+def _fsdp(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+    n = scenario.devices
+    threads = threads_for(n)
+    blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
+    samples = scenario.global_batch / n
+    gather = [ring(calibration, "all_gather", b.parameters * 4 / n, n) for b in blocks]
+    reduce = [ring(calibration, "reduce_scatter", b.parameters * 4, n) for b in blocks]
+    forward = [b.forward_ms.at(samples) * slow for b in blocks]
+    backward = [b.backward_ms.at(samples) * slow for b in blocks]
+    # One communication stream, one block ahead of the compute: block i's all-gather may start once
+    # the previous all-gather is done and block i-1 has started computing.
+    comm = compute = started = 0.0
+    for i in range(len(blocks)):
+        comm = max(comm, started) + gather[i]
+        started = max(compute, comm)
+        compute = started + forward[i]
+    for i in reversed(range(len(blocks))):
+        if scenario.reshard_after_forward and i < len(blocks) - 1:  # the last block's stays gathered
+            comm = max(comm, started) + gather[i]
+        started = max(compute, comm)
+        compute = started + backward[i]
+        comm = max(comm, compute) + reduce[i]
+    end = max(comm, compute)
+    busy = sum(forward) + sum(backward)
+    update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
+    return StepPrediction(end + update, busy, end - busy, update)
+
+
+def _tensor_parallel(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+    n = scenario.devices
+    threads = threads_for(n)
+    blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
+    samples = scenario.global_batch  # every rank sees the whole batch
+    compute = comm = 0.0
+    pairs = dict(zip(scenario.tp_blocks, scenario.tp_pairs, strict=True))
+    for i, block in enumerate(blocks):
+        share = 1 / n if i in pairs else 1.0
+        compute += (block.forward_ms.at(samples) + block.backward_ms.at(samples)) * share * slow
+        # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
+        comm += 2 * pairs.get(i, 0) * ring(calibration, "all_reduce", block.output_bytes_per_sample * samples, n)
+    sharded = sum(blocks[i].parameters for i in pairs)
+    update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) - sharded * (1 - 1 / n)) * slow
+    return StepPrediction(compute + comm + update, compute, comm, update)
+
+
+def stage_blocks(calibration: Calibration, scenario: Scenario, stages: int, samples: float) -> list[list[int]]:
+    """Which blocks each stage holds under ``--balance`` (strategies/partition.py's rules)."""
+    blocks = calibration.blocks(threads_for(scenario.devices))
+    balance = explicit_balance(scenario.balance, len(blocks), stages)
+    if balance is None:
+        if scenario.balance == "params":
+            balance = balance_by_cost([b.parameters for b in blocks], stages)
+        elif scenario.balance == "time":
+            balance = balance_by_cost([sum(_pass(blocks, [i], samples)) for i in range(len(blocks))], stages)
+        else:
+            balance = even_balance(len(blocks), stages)
+    starts = [sum(balance[:s]) for s in range(stages)]
+    return [list(range(start, start + size)) for start, size in zip(starts, balance, strict=True)]
+
+
+def _pipeline(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+    replicas = scenario.dp or 1 if scenario.strategy == "hybrid" else 1
+    ranks = scenario.devices // replicas
+    m, v = scenario.microbatches, scenario.stages_per_rank
+    threads = threads_for(scenario.devices)
+    blocks, slow = calibration.blocks(threads), calibration.slowdown_for(scenario.devices)
+    samples = scenario.global_batch / replicas / m
+    parts = stage_blocks(calibration, scenario, ranks * v, samples)
+    costs = [_pass(blocks, part, samples) for part in parts]
+    sends = [ring(calibration, "send_recv", blocks[part[-1]].output_bytes_per_sample * samples, 2) for part in parts]
+
+    def duration(action: Action) -> float:
+        forward, backward = costs[action.stage]
+        share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2, BACKWARD_WEIGHT: backward / 2}
+        return share[action.kind] * slow
+
+    def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
+        return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
+
+    table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
+    spans = simulate(table, duration, transfer)
+    makespan = max(s.end for s in spans)
+    busy = max(sum(s.end - s.start for s in spans if s.rank == r) for r in table)
+    stage_parameters = max(sum(blocks[i].parameters for p in range(r, ranks * v, ranks) for i in parts[p])
+                           for r in range(ranks))
+    update = calibration.optimizer_ms(threads, stage_parameters) * slow
+    # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
+    # all-reduce runs after it, exposed.
+    averaging = ring(calibration, "all_reduce", stage_parameters * 4, replicas) if replicas > 1 else 0.0
+    split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
+    notes = ["I and W are taken as half a backward each"] if split else []
+    return StepPrediction(makespan + averaging + update, busy, makespan - busy + averaging, update,
+                          simulated_bubble(spans), spans, notes)
