@@ -57,7 +57,7 @@ step transformer 60 python -m bench run --strategy single --model transformer --
 # With one GPU the strategies that need a device per rank (zero1, fsdp, tp, mp, pp, hybrid) are
 # skipped rows here: the verify-cpu step below checks them.
 step sweep 140 python -m bench sweep --models cnn,mlp,transformer --preset "$preset" --microbatches 4 --repeats 2 \
-  --out "$out/sweep.jsonl" --run-timeout-s 90
+  --out "$out/sweep.jsonl" --run-timeout-s 90 --calibration none
 # The training knobs side by side on one model: each precision, then compile and activation
 # checkpointing at the machine's default precision (tf32 exists on CUDA only).
 precisions="fp32 bf16 fp16"

@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.config import RunConfig
 from bench.devices import peak_flops_per_s
 from bench.disturbance import gpu_tenants, judge, machine_cores
+from bench.predict.attach import prediction_fields
 from bench.runner import RunResult, global_losses, step_times_ms
 from strategies.devices import is_emulated
 
@@ -151,6 +152,8 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
         **_machine_account(result),
         # torchrun counts its restarts; each worker of the final attempt sees the count.
         "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        # bench sweep's prediction of this run, when it made one: labelled, with its error.
+        **prediction_fields(median_ms),
         "env": env,
     }
 

@@ -24,6 +24,7 @@ from bench.environment import environment
 from bench.labels import file_name
 from bench.launch import ChildOutcome, child_command
 from bench.plan import PlannedRun, SweepConfig, plan, run_key
+from bench.predict.for_sweep import SweepPredictor, sweep_predictor
 from bench.records import RecordError, append_record, failure_record, read_records
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
 
@@ -40,8 +41,12 @@ def completed_keys(out: Path) -> set[str]:
     return {run_key(r["config"]) for r in records if isinstance(r.get("config"), dict)}
 
 
-def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> dict[str, int]:
-    """Runs every planned configuration that has no row yet; returns a count per outcome."""
+def execute(
+    sweep: SweepConfig, runs: list[PlannedRun], force: bool = False, predictor: SweepPredictor | None = None
+) -> dict[str, int]:
+    """Runs every planned configuration that has no row yet, each with its prediction where ``predictor``
+    makes one; returns a count per outcome."""
+    predictor = predictor or SweepPredictor()
     out = Path(sweep.base.out)
     done = set() if force else completed_keys(out)
     todo = [r for r in runs if r.skip_reason is None and run_key(r.config.as_dict()) not in done]
@@ -55,23 +60,23 @@ def execute(sweep: SweepConfig, runs: list[PlannedRun], force: bool = False) -> 
     bar = tqdm(todo, desc="sweep", unit="run", file=sys.stderr, dynamic_ncols=True)
     for run in bar:
         bar.set_postfix_str(run.label)
-        counts[_run_once(sweep, run, out)] += 1
+        counts[_run_once(sweep, run, out, predictor)] += 1
     # A run the machine's other work disturbed is kept (marked) but left out of the comparisons;
     # once all rounds are done, each gets one more try on a quieter machine.
     disturbed = _disturbed_keys(out)
     again = [run for run in todo if run_key(run.config.as_dict()) in disturbed]
     for run in tqdm(again, desc="re-run disturbed", unit="run", file=sys.stderr, dynamic_ncols=True):
         log.warning("%s: disturbed by other work on the machine; running it once more", run.label)
-        _run_once(sweep, run, out)
+        _run_once(sweep, run, out, predictor)
     counts["re-run disturbed"] = len(again)
     return counts
 
 
-def _run_once(sweep: SweepConfig, run: PlannedRun, out: Path) -> str:
+def _run_once(sweep: SweepConfig, run: PlannedRun, out: Path, predictor: SweepPredictor) -> str:
     """Runs one planned configuration; a failure becomes its row. Returns the outcome."""
     key = run_key(run.config.as_dict())
     rows_before = _rows_for(out, key)
-    ended = run_child(run.config, sweep.run_timeout_s, child_log(out, run.label))
+    ended = run_child(run.config, sweep.run_timeout_s, child_log(out, run.label), predictor.env_for(run.config))
     if ended.status != "ok":
         log.warning("%s: %s: %s", run.label, ended.status, ended.reason)
         # A child that ran out of memory wrote its own row, with its memory figures.
@@ -93,14 +98,16 @@ def _rows_for(out: Path, key: str) -> int:
     return sum(run_key(r["config"]) == key for r in read_records(out)[0] if isinstance(r.get("config"), dict))
 
 
-def run_child(config: RunConfig, timeout_s: float, log_path: Path | None = None) -> ChildOutcome:
+def run_child(
+    config: RunConfig, timeout_s: float, log_path: Path | None = None, extra_env: dict[str, str] | None = None
+) -> ChildOutcome:
     """``bench run`` for one configuration in a fresh process (torchrun where it needs one)."""
     per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
     # torchrun's workers take the configuration as the sweep resolved it; a `bench run` child
     # (one process) validates its own command line, once.
     command, env = child_command(["run", *config_to_argv(config)], per_device, config.devices, config.accelerator,
                                  config.max_restarts, to_json(config))
-    return launch.run_child(command, env, timeout_s, log_path)
+    return launch.run_child(command, {**env, **(extra_env or {})}, timeout_s, log_path)
 
 
 def child_log(out: Path, label: str) -> Path:
@@ -134,6 +141,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of every configuration, each a fresh process, round by round: the report's "
                              "intervals come from them (default: 3)")
+    parser.add_argument("--calibration", default="auto",
+                        help="predict every run from this bench calibrate file; auto: calibrate each model first "
+                             "(or reuse its file beside --out); none: predict nothing (default: auto)")
     parser.add_argument("--force", action="store_true", help="redo configurations that already have a row")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the skip reasons, run nothing")
     # Fewer steps than a single run: a sweep's cost is mostly process start-up, and 6 timed steps
@@ -183,6 +193,8 @@ def main(args: argparse.Namespace) -> int:
             resolve(dataclasses.replace(neutral, model=name))
         runs = plan(sweep)
         done = set() if args.force else completed_keys(Path(base.out))
+        if args.calibration not in ("auto", "none") and not Path(args.calibration).is_file():
+            raise ConfigError(f"--calibration {args.calibration}: no such file (or auto, none)")
     except (ConfigError, RecordError) as exc:
         fail("bench sweep", str(exc))
     if args.dry_run:
@@ -195,7 +207,12 @@ def main(args: argparse.Namespace) -> int:
             print(f"{run.label:<40} {state}")
         return 0
     try:
-        counts = execute(sweep, runs, force=args.force)
+        todo = [r.config for r in runs if r.skip_reason is None and run_key(r.config.as_dict()) not in done]
+        try:
+            predictor = sweep_predictor(args.calibration, todo, sweep.devices, sweep.microbatches, Path(base.out))
+        except ConfigError as exc:
+            fail("bench sweep", str(exc))
+        counts = execute(sweep, runs, force=args.force, predictor=predictor)
     except KeyboardInterrupt:
         print(
             f"bench sweep: interrupted; completed rows are kept in {base.out}: run the same command to resume",

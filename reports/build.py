@@ -11,6 +11,7 @@ from bench.labels import file_name
 from reports import figures
 from reports.capacity import largest_presets
 from reports.load import Results, load, run_label
+from reports.predictions import prediction_section, what_if_section
 from reports.render import Section, write_html, write_markdown
 from reports.scaling import with_scaling
 from reports.tables import (
@@ -116,6 +117,10 @@ def build_report(results: Results, out: Path) -> list[Path]:
                 "schedules when m is a multiple of p, and exact where those formulas are not. The update "
                 "(dividing the gradients by m, the optimizer step) is not counted as idle: `update_fraction` is "
                 "its own share of the step."], [bubble_table(runs)], pipeline))
+    if not runs.empty:
+        sections += [s for s in (prediction_section(runs, fastest(runs)), what_if_section(results.predictions)) if s]
+    elif not results.predictions.empty:
+        sections.append(what_if_section(results.predictions))
     if not results.verify.empty:
         columns = [c for c in ("strategy", "model", "devices", "max_param_diff", "max_loss_diff", "passed")
                    if c in results.verify.columns]

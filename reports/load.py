@@ -28,6 +28,8 @@ class Results:
     bad_lines: list[tuple[Path, BadLine]] = field(default_factory=list)
     fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)
     """One row per ``bench fidelity`` comparison (``fidelity_row``)."""
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """``bench predict``'s records on their own (what-if): every figure predicted."""
 
     @property
     def emulated(self) -> bool:
@@ -94,6 +96,8 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "accelerator": record["accelerator"],
         "device_memory_bytes": (record.get("env") or {}).get("device_memory_bytes"),
         "processes": record.get("processes") or record["device_count"],
+        "predicted_step_time_ms": (record.get("prediction") or {}).get("predicted_step_time_ms"),
+        "prediction_error": record.get("prediction_error"),
     }
 
 
@@ -131,7 +135,20 @@ def load(paths: list[Path]) -> Results:
     if not fidelity.empty:
         # A rerun of `bench fidelity` into the same file supersedes its earlier figures from the same machine.
         fidelity = fidelity.drop_duplicates(subset=["name", "model", "machine"], keep="last").reset_index(drop=True)
-    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity)
+    predictions = _frame([prediction_row(r) for r in records if r.get("kind") == "prediction"])
+    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity,
+                   predictions=predictions)
+
+
+def prediction_row(record: dict[str, object]) -> dict[str, object]:
+    """A ``bench predict`` record as a report row; its figures keep the word predicted."""
+    memory = record.get("predicted_memory_by_kind") or {}
+    return {"model": f"{record['model']}/{record['preset']}", "strategy": record["strategy"],
+            "devices": record["device_count"], "global_batch": record["global_batch_size"],
+            "predicted samples/s": record["predicted_samples_per_s"],
+            "predicted step ms": record["predicted_step_time_ms"],
+            "predicted MiB per device": (memory.get("total") or 0) / 2**20,
+            "predicted bubble": record.get("predicted_bubble"), "compute from": record["compute_source"]}
 
 
 REQUIRED = {
@@ -140,6 +157,8 @@ REQUIRED = {
                "peak_mem_source", "emulated"),
     "verify": ("strategy", "model", "devices", "passed"),
     "fidelity": ("status", "comparison", "name", "model", "preset", "target", "accelerator", "emulated"),
+    "prediction": ("strategy", "model", "preset", "device_count", "global_batch_size", "predicted_step_time_ms",
+                   "predicted_samples_per_s", "compute_source"),
 }
 """The fields the report reads of each kind of record: a record without them is foreign or truncated."""
 
@@ -148,9 +167,9 @@ def _checked(path: Path, records: list[dict[str, object]]) -> list[dict[str, obj
     """``records`` as they are, once each has what the report reads; else RecordError naming the first gap."""
     for number, record in enumerate(records, start=1):
         kind = record.get("kind", "run")
-        if kind not in ("run", "verify", "fidelity"):
-            raise RecordError(f"{path}: record {number} is of kind {kind!r}; this report reads run, verify and "
-                              "fidelity records")
+        if kind not in REQUIRED:
+            raise RecordError(f"{path}: record {number} is of kind {kind!r}; this report reads run, verify, "
+                              "fidelity and prediction records")
         wanted = [*REQUIRED[str(kind)], *(REQUIRED["run ok"] if kind == "run" and record.get("status") == "ok"
                                           else ())]
         missing = [name for name in wanted if name not in record]

@@ -83,7 +83,8 @@ def test_bench_run_ends_with_the_line_of_the_rank_that_failed_first(tmp_path: Pa
 @pytest.mark.distributed
 def test_a_sweep_row_carries_the_same_line_and_keeps_the_whole_log(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
-    proc = run_bench("sweep", "--repeats", "1", "--strategies", "ddp", "--models", "mlp", "--devices", "2",
+    proc = run_bench("sweep", "--repeats", "1", "--calibration", "none", "--strategies", "ddp", "--models", "mlp",
+                     "--devices", "2",
                      "--preset", "tiny", "--steps", "2", "--warmup", "1", "--out", str(out),
                      env={"BENCH_FAULT": "0:1:raise"})
     assert proc.returncode == 0, proc.stderr[-2000:]

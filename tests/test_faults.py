@@ -13,7 +13,7 @@ import pytest
 from bench.records import read_records
 from tests.helpers.cli import ROOT, run_bench
 
-SWEEP = ["sweep", "--repeats", "1", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
+SWEEP = ["sweep", "--repeats", "1", "--calibration", "none", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
 
 
 def test_out_of_memory_becomes_an_oom_row_with_memory_figures_and_the_next_runs(tmp_path: Path) -> None:

@@ -61,7 +61,8 @@ def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_pa
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: Path) -> None:
     out = tmp_path / f"{command}-left-behind.jsonl"  # every process of this run names it
-    what = ["--strategy", "ddp"] if command == "run" else ["--strategies", "ddp", "--models", "mlp"]
+    what = ["--strategy", "ddp"] if command == "run" else ["--strategies", "ddp", "--models", "mlp",
+                                                           "--calibration", "none"]
     bench = _start(["-m", "bench", command, *what, "--devices", "2", "--model" if command == "run" else "--preset",
                     "mlp" if command == "run" else "tiny", "--out", str(out)], env=STALL_FOREVER)
     # bench (or the sweep), torchrun and its two workers.

@@ -58,7 +58,7 @@ def test_a_strategy_with_no_point_in_the_sweep_gets_a_skipped_row_saying_why(tmp
 
 def sweep_args(out: Path, *extra: str) -> list[str]:
     return ["sweep", "--repeats", "1", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1",
-            "--warmup", "0",
+            "--warmup", "0", "--calibration", "none",
             "--out", str(out), *extra]
 
 

@@ -82,8 +82,10 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
     batches = sorted({max(1, config.batch_size // (d * m)) for d in devices for m in microbatches}
                      | {config.batch_size})
-    threads = sorted({threads_for(d) for d in devices} | {threads_for(1)})
-    device = torch.device("cuda" if config.accelerator == "cuda" else "cpu")
+    cuda = config.accelerator == "cuda"
+    # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
+    threads = [threads_for(1)] if cuda else sorted({threads_for(d) for d in devices} | {threads_for(1)})
+    device = torch.device("cuda" if cuda else "cpu")
     costs = {}
     parallel = sorted(d for d in set(devices) if d > 1)
     steps = tqdm(total=len(threads) + 1 + len(parallel), desc="calibrate", unit="step")
@@ -93,11 +95,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         costs[t] = compute_costs(make_spec, batches, optimizer_choice(config).build, device, repeats)
         steps.update()
     torch.set_num_threads(before)
-    curves = measure_collectives(2, config.accelerator, default_sizes(largest))
+    # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
+    can_communicate = not cuda or torch.cuda.device_count() >= 2
+    curves = measure_collectives(2, config.accelerator, default_sizes(largest)) if can_communicate else {}
     steps.update()
     slow = {}
     for d in parallel:
-        slow[d] = 1.0 if config.accelerator == "cuda" else slowdown(make_spec, max(1, config.batch_size // d), d,
+        slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d,
                                                                      threads_for(d), seconds=2.0)
         steps.update()
     steps.close()

@@ -1,0 +1,32 @@
+"""A prediction travels to the run it predicts, and lands in its record beside the measurement.
+
+The sweep predicts each configuration before it starts the child that runs it, and hands the
+prediction over in ``BENCH_PREDICTION`` (JSON); the record then carries it, labelled, with
+``prediction_error`` = predicted / measured - 1 of the step time (signed: positive is pessimistic).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+PREDICTION_VARIABLE = "BENCH_PREDICTION"
+CARRIED = ("predicted_step_time_ms", "predicted_samples_per_s", "predicted_compute_ms", "predicted_exposed_comm_ms",
+           "predicted_update_ms", "predicted_bubble", "predicted_memory_by_kind", "compute_source", "notes")
+"""The prediction record's fields a measured record keeps (not its timeline: the report has the measured one)."""
+
+
+def handed_over(prediction: dict[str, object]) -> dict[str, str]:
+    """The environment entry that hands ``prediction`` (a record of kind prediction) to a child run."""
+    return {PREDICTION_VARIABLE: json.dumps({k: prediction.get(k) for k in CARRIED})}
+
+
+def prediction_fields(measured_step_ms: float) -> dict[str, object]:
+    """``prediction`` and ``prediction_error`` for the record of this run, or nothing where none was handed over."""
+    text = os.environ.get(PREDICTION_VARIABLE)
+    if not text:
+        return {}
+    prediction = json.loads(text)
+    predicted = prediction.get("predicted_step_time_ms")
+    error = predicted / measured_step_ms - 1 if predicted and measured_step_ms else None
+    return {"prediction": prediction, "prediction_error": error}

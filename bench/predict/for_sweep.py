@@ -1,0 +1,103 @@
+"""``bench sweep`` predicts each configuration before it runs it: a calibration per model, then a
+prediction per run, handed to the child whose record keeps it beside the measurement.
+
+``--calibration auto`` (the default) reuses ``<results folder>/calibration-<model>-<preset>.json``
+when it was taken on this machine for this model, and calibrates first otherwise;
+``--calibration FILE`` uses that file for every model it matches; ``none`` predicts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.config import RunConfig
+from bench.environment import environment
+from bench.predict.attach import handed_over
+from bench.predict.calibration import Calibration
+from bench.predict.cli import PREDICTED, calibrate, machine_identity, prediction_record
+from strategies import ConfigError
+
+log = logging.getLogger(__name__)
+
+LARGEST_MESSAGE = 256 * 2**20
+
+
+@dataclass
+class SweepPredictor:
+    """Calibrations by (model, preset), and the predictions made from them."""
+
+    calibrations: dict[tuple[str, str], Calibration] = field(default_factory=dict)
+    sources: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def env_for(self, config: RunConfig) -> dict[str, str]:
+        """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
+        key = (config.model, config.preset)
+        if key not in self.calibrations or config.strategy not in PREDICTED:
+            return {}
+        try:
+            return handed_over(prediction_record(self.calibrations[key], config, self.sources[key]))
+        except (ValueError, KeyError) as exc:  # a setting the cost models do not cover: measured, not predicted
+            log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.devices, exc)
+            return {}
+
+
+def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, ...],
+                    microbatches: tuple[int, ...], out: Path) -> SweepPredictor:
+    """Loads or takes the calibrations ``choice`` asks for. ConfigError (one line) for a file that
+    cannot serve: unreadable, or of another machine."""
+    predictor = SweepPredictor()
+    if choice == "none" or not configs:
+        return predictor
+    machine = machine_identity(environment())
+    given = None if choice == "auto" else Calibration.load(Path(choice))
+    if given is not None:
+        for key in {(c.model, c.preset) for c in configs}:
+            try:
+                given.check_matches(machine, *key)
+            except ConfigError:
+                continue
+            predictor.calibrations[key], predictor.sources[key] = given, f"calibration {choice}"
+        if not predictor.calibrations:
+            given.check_matches(machine, configs[0].model, configs[0].preset)  # says why it serves none
+        return predictor
+    firsts: dict[tuple[str, str], RunConfig] = {}
+    for config in configs:
+        firsts.setdefault((config.model, config.preset), config)
+    for key, config in firsts.items():
+        path = out.parent / f"calibration-{key[0]}-{key[1]}.json"
+        calibration = _reusable(path, machine, key)
+        if calibration is None:
+            log.info("calibrating %s/%s on this machine -> %s", *key, path)
+            calibration = calibrate(config, devices, microbatches, _largest_message(config), repeats=5)
+            calibration.save(path)
+        predictor.calibrations[key], predictor.sources[key] = calibration, f"calibration {path}"
+    return predictor
+
+
+def _reusable(path: Path, machine: dict[str, object], key: tuple[str, str]) -> Calibration | None:
+    if not path.exists():
+        return None
+    try:
+        calibration = Calibration.load(path)
+        calibration.check_matches(machine, *key)
+    except ConfigError as exc:
+        log.warning("%s not reused: %s", path, exc)
+        return None
+    return calibration
+
+
+def _largest_message(config: RunConfig) -> int:
+    """The largest message the strategies send for this model: its whole gradient, at most 256 MiB."""
+    import torch
+
+    import models
+
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in models.build_model(config.model, config.preset, config.norm)
+                         .blocks.parameters())
+    size = 4 * 2**10
+    while size < 4 * parameters and size < LARGEST_MESSAGE:
+        size *= 4
+    return size

@@ -1,0 +1,91 @@
+"""Prediction against measurement: per configuration, per strategy, and whether the ranking holds.
+
+A configuration's error is its predicted step time over the median of its measured (undisturbed)
+repeats, minus 1: positive means the prediction was pessimistic. Every predicted figure is labelled so.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from reports.render import Section
+from reports.tables import WRONG
+
+
+def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per predicted configuration (``runs`` are the combined configurations)."""
+    if runs.empty or "predicted_step_time_ms" not in runs or runs["predicted_step_time_ms"].isna().all():
+        return pd.DataFrame()
+    data = runs.dropna(subset=["predicted_step_time_ms"]).copy()
+    data["error"] = data["predicted_step_time_ms"] / data["step_time_ms"] - 1
+    table = data.sort_values(["panel", "devices", "variant"])[
+        ["panel", "devices", "variant", "global_batch", "step_time_ms", "predicted_step_time_ms", "error",
+         "emulated"]]
+    return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
+
+
+def error_by_strategy(errors: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy: how many configurations were predicted, the median and the largest |error|."""
+    if errors.empty:
+        return errors
+    strategy = runs.set_index("variant")["strategy"].to_dict()
+    data = errors.assign(strategy=[strategy.get(v, v) for v in errors["variant"]], abs_error=errors["error"].abs())
+    table = data.groupby("strategy")["abs_error"].agg(["count", "median", "max"]).reset_index()
+    return table.rename(columns={"count": "configurations", "median": "median |error|", "max": "max |error|"})
+
+
+def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
+    """Per model, device count and global batch: the predicted winner, whether the measurement agrees (the
+    measured winner, or one of a measured tie), and the rank correlation (Spearman) of the two orders."""
+    data = runs.dropna(subset=["predicted_step_time_ms"])
+    data = data[data["verified"] != WRONG] if "verified" in data else data
+    verdicts = {(r["panel"], r["devices"], r["global_batch"]): str(r["fastest"]) for r in fastest.to_dict("records")}
+    rows = []
+    for (panel, devices, batch), group in data.groupby(["panel", "devices", "global_batch"], sort=True):
+        if len(group) < 2:
+            continue
+        measured = verdicts.get((panel, devices, batch), "")
+        rows.append(_agreement(panel, devices, batch, group, measured))
+    return pd.DataFrame(rows)
+
+
+def _winners(verdict: str) -> list[str]:
+    """The measured winners a ``fastest`` verdict names: one, a tie's list, or an unranked run's fastest median."""
+    if verdict.startswith("tie"):
+        return [w.strip() for w in verdict.split(":", 1)[1].split(",")]
+    if verdict.startswith("not ranked"):
+        return [verdict.rsplit("fastest median: ", 1)[-1].rstrip(")")]
+    return [verdict.split(" (the only one")[0]]
+
+
+def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measured: str) -> dict[str, object]:
+    predicted_best = group.sort_values("predicted_step_time_ms").iloc[0]["variant"]
+    winners = _winners(measured)
+    correlation = group["predicted_step_time_ms"].corr(group["step_time_ms"], method="spearman")
+    return {"panel": panel, "devices": devices, "global_batch": batch, "configurations": len(group),
+            "predicted fastest": predicted_best, "measured fastest": measured,
+            "agrees": predicted_best in winners, "rank correlation": round(float(correlation), 3)}
+
+
+def prediction_section(runs: pd.DataFrame, fastest: pd.DataFrame) -> Section | None:
+    """"Prediction vs measurement", where some measured run carried its prediction."""
+    errors = prediction_errors(runs)
+    if errors.empty:
+        return None
+    return Section("Prediction vs measurement", [
+        "Each configuration's PREDICTED step time (`bench sweep` predicts every run before it starts it, from a "
+        "`bench calibrate` file of this machine: per-block compute, collectives by size, the slowdown of "
+        "processes sharing cores) against its measured median; error = predicted / measured - 1 (positive: the "
+        "prediction was pessimistic). Then per strategy the median and largest |error|, and per panel whether "
+        "the predicted fastest is the measured fastest (or one of a measured tie), with the rank correlation of "
+        "the two orders."], [errors.round(3), error_by_strategy(errors, runs).round(3), ranking(runs, fastest)])
+
+
+def what_if_section(predictions: pd.DataFrame) -> Section | None:
+    """``bench predict``'s records on their own: PREDICTED, never measured."""
+    if predictions.empty:
+        return None
+    return Section("Predicted, not measured (what if)", [
+        "Records of `bench predict`: every figure here is a PREDICTION from the source named in `compute from` "
+        "(a calibration of a machine, or a data-sheet hardware profile), not a measurement."],
+        [predictions.round(3)])
