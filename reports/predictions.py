@@ -61,7 +61,8 @@ def _winners(verdict: str) -> list[str]:
 def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measured: str) -> dict[str, object]:
     predicted_best = group.sort_values("predicted_step_time_ms").iloc[0]["variant"]
     winners = _winners(measured)
-    correlation = group["predicted_step_time_ms"].corr(group["step_time_ms"], method="spearman")
+    # Spearman's: Pearson's over the ranks (pandas' method="spearman" needs scipy, which the GPU machines lack).
+    correlation = group["predicted_step_time_ms"].rank().corr(group["step_time_ms"].rank())
     return {"panel": panel, "devices": devices, "global_batch": batch, "configurations": len(group),
             "predicted fastest": predicted_best, "measured fastest": measured,
             "agrees": predicted_best in winners, "rank correlation": round(float(correlation), 3)}

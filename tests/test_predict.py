@@ -1,0 +1,172 @@
+"""The predictor's pure parts as literal cases, its file as bad input, and one calibrate -> predict -> run trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import models
+from bench.config import RunConfig, resolve
+from bench.predict.calibration import BlockCost, Calibration, ComputeCosts, Curve, Line
+from bench.predict.costs import Scenario, predict_step, stage_blocks, threads_for
+from bench.predict.memory import predict_memory
+from bench.records import read_records
+from bench.runner import train
+from models.sizes import parameter_counts, saved_bytes_per_sample
+from strategies import ConfigError
+from strategies.schedules import fill_drain_bubble
+from tests.helpers.cli import run_bench
+
+MACHINE = {"hostname": "here", "torch": "2.x"}
+FREE = {name: Curve([(1, 0.0), (2**30, 0.0)]) for name in
+        ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")}
+
+
+def _calibration(blocks: int, forward: float = 1.0, backward: float = 2.0, parameters: int = 1000,
+                 curves: dict[str, Curve] | None = None, update: float = 0.0) -> Calibration:
+    """Equal blocks whose forward takes ``forward`` ms and backward ``backward`` ms whatever the batch."""
+    cost = BlockCost(Line(forward, 0.0), Line(backward, 0.0), parameters, 100.0, 10.0)
+    costs = ComputeCosts([cost] * blocks, update / (blocks * parameters))
+    threads = {t: costs for t in {threads_for(1), threads_for(2), threads_for(4)}}
+    return Calibration("mlp", "tiny", "group", "fp32", "cpu", "gloo", MACHINE, threads, curves or FREE, 2,
+                       {2: 1.0, 4: 1.0})
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (2, 1)])
+def test_pipelines_with_equal_stages_and_free_transfers_give_the_textbook_bubble(schedule: str, p: int, m: int) -> None:
+    step = predict_step(_calibration(p), Scenario("pp", p, 8 * m, microbatches=m, schedule=schedule), 1)
+    assert step.bubble == pytest.approx(fill_drain_bubble(p, m))
+    assert step.step_ms == pytest.approx((m + p - 1) * 3.0)  # (m + p - 1) slots of F + B
+    assert step.exposed_comm_ms == pytest.approx(step.step_ms - m * 3.0)
+
+
+def test_1f1b_holds_fewer_micro_batches_than_gpipe() -> None:
+    blocks = _calibration(2).blocks(1)
+    stages = [[0], [1]]
+    gpipe = predict_memory(blocks, Scenario("pp", 2, 64, microbatches=8, schedule="gpipe"), 1, stages)
+    one_f_one_b = predict_memory(blocks, Scenario("pp", 2, 64, microbatches=8, schedule="1f1b"), 1, stages)
+    assert gpipe["activations"] == 8 * 8 * 10  # all 8 micro-batches of 8 samples, 10 bytes each
+    assert one_f_one_b["activations"] == 2 * 8 * 10  # at most p - rank in flight on rank 0
+    assert gpipe["parameters"] == one_f_one_b["parameters"] == 4 * 1000
+
+
+def test_interleaving_divides_the_bubble_by_the_stages_per_rank() -> None:
+    p, m, v = 2, 4, 2
+    plain = predict_step(_calibration(p), Scenario("pp", p, 8 * m, microbatches=m, schedule="1f1b"), 1)
+    looped = predict_step(_calibration(p * v), Scenario("pp", p, 8 * m, microbatches=m, schedule="interleaved-1f1b",
+                                                        stages_per_rank=v), 1)
+
+    def idle_over_busy(bubble: float | None) -> float:
+        assert bubble is not None
+        return bubble / (1 - bubble)
+
+    # Idle time over busy time: (p - 1) / m for 1F1B, (p - 1) / (v m) interleaved.
+    assert idle_over_busy(plain.bubble) == pytest.approx((p - 1) / m)
+    assert idle_over_busy(looped.bubble) == pytest.approx((p - 1) / (v * m))
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv"])
+def test_zero_bubble_schedules_with_equal_input_and_weight_halves_leave_little_and_less_with_more_micro_batches(
+    schedule: str,
+) -> None:
+    def bubble(m: int) -> float:
+        scenario = Scenario("pp", 2, 8 * m, microbatches=m, schedule=schedule, stages_per_rank=2)
+        return predict_step(_calibration(4), scenario, 1).bubble or 0.0
+
+    # What torch's tables leave at p = 2 (warm-up and cool-down), a fraction of 1F1B's at the same m.
+    assert bubble(8) < fill_drain_bubble(2, 8) / 5 and bubble(8) < bubble(4)
+
+
+def test_ddp_with_free_communication_is_its_compute() -> None:
+    step = predict_step(_calibration(4, update=5.0), Scenario("ddp", 2, 64), 1)
+    assert step.exposed_comm_ms == 0.0
+    assert step.step_ms == pytest.approx(4 * 1.0 + 4 * 2.0 + 5.0)
+
+
+def test_one_bucket_that_fills_at_the_end_of_the_backward_is_wholly_exposed() -> None:
+    all_reduce = Curve([(1, 7.0), (2**30, 7.0)])  # 7 ms whatever the size
+    calibration = _calibration(4, curves={**FREE, "all_reduce": all_reduce})
+    # 4 x 1000 parameters: 16 KB, under DDP's first 1 MiB bucket: one all-reduce, after the last backward.
+    step = predict_step(calibration, Scenario("ddp", 2, 64), 1)
+    assert step.exposed_comm_ms == pytest.approx(7.0)
+
+
+def test_buckets_that_fill_early_hide_their_all_reduce_behind_the_backward() -> None:
+    all_reduce = Curve([(1, 1.0), (2**30, 1.0)])
+    calibration = _calibration(4, parameters=2**20, curves={**FREE, "all_reduce": all_reduce})  # 4 MiB a block
+    step = predict_step(calibration, Scenario("ddp", 2, 64, bucket_cap_mb=4), 1)
+    # A bucket per block; each 1 ms all-reduce runs under the next block's 2 ms backward but the last.
+    assert step.exposed_comm_ms == pytest.approx(1.0)
+
+
+def test_the_memory_predicted_for_single_is_what_the_tracker_measures(tmp_path: Path) -> None:
+    config = resolve(RunConfig(model="mlp", preset="tiny", steps=1, warmup=1, out=str(tmp_path / "r.jsonl")))
+    (measured,) = [d for r in train(config).ranks for d in r.memory_by_kind]
+    spec = models.build_model("mlp", "tiny")
+    blocks = [BlockCost(Line(0, 0), Line(0, 0), n, 0.0, s)
+              for n, s in zip(parameter_counts(spec.blocks), saved_bytes_per_sample(spec), strict=True)]
+    predicted = predict_memory(blocks, Scenario("single", 1, config.batch_size), 1)
+    for kind in ("parameters", "gradients", "optimizer_state"):
+        assert predicted[kind] == measured[kind], kind
+
+
+def test_stages_follow_the_balance_rule() -> None:
+    calibration = _calibration(5)
+    assert stage_blocks(calibration, Scenario("pp", 2, 8, balance="even"), 2, 4) == [[0, 1, 2], [3, 4]]
+    assert stage_blocks(calibration, Scenario("pp", 2, 8, balance="1,4"), 2, 4) == [[0], [1, 2, 3, 4]]
+
+
+def test_a_curve_is_linear_between_its_points_and_never_negative() -> None:
+    curve = Curve([(1024, 1.0), (4096, 4.0)])
+    assert curve.at(2048) == pytest.approx(2.0) and curve.at(8192) == pytest.approx(8.0)
+    assert curve.at(0) == 0.0 and curve.at(10) >= 0.0
+    assert Line.fit([(1, 3.0), (3, 7.0)]) == Line(1.0, 2.0)
+
+
+def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(tmp_path: Path) -> None:
+    calibration = _calibration(2)
+    with pytest.raises(ConfigError, match="calibration is of mlp/tiny, not cnn/tiny"):
+        calibration.check_matches(MACHINE, "cnn", "tiny")
+    with pytest.raises(ConfigError, match="taken with torch '2.x', this machine has '2.y'"):
+        calibration.check_matches({**MACHINE, "torch": "2.y"}, "mlp", "tiny")
+    path = tmp_path / "cal.json"
+    calibration.save(path)
+    assert Calibration.load(path) == calibration
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"kind": "run"}))
+    with pytest.raises(ConfigError, match="not a calibration"):
+        Calibration.load(foreign)
+    proc = run_bench("predict", "--calibration", str(path), "--model", "mlp", "--preset", "tiny",
+                     "--out", str(tmp_path / "p.jsonl"))
+    assert proc.returncode == 2 and "calibration was taken with hostname 'here'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.distributed
+def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_its_error(tmp_path: Path) -> None:
+    calibration = tmp_path / "cal.json"
+    proc = run_bench("calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
+                     "--collective-max-mib", "1", "--repeats", "2", "--out", str(calibration))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    predictions = tmp_path / "predictions.jsonl"
+    proc = run_bench("predict", "--calibration", str(calibration), "--model", "mlp", "--preset", "tiny",
+                     "--strategies", "single,ddp,fsdp", "--devices", "1,2", "--out", str(predictions))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records, _ = read_records(predictions)
+    # single runs on one device only: that point is left out, with a warning.
+    assert [(r["strategy"], r["device_count"]) for r in records] == [("single", 1), ("ddp", 1), ("ddp", 2),
+                                                                      ("fsdp", 1), ("fsdp", 2)]
+    assert all(r["kind"] == "prediction" and r["predicted_step_time_ms"] > 0 for r in records)
+    out = tmp_path / "sweep.jsonl"
+    proc = run_bench("sweep", "--calibration", str(calibration), "--strategies", "single,ddp", "--models", "mlp",
+                     "--preset", "tiny", "--devices", "1,2", "--repeats", "1", "--steps", "2", "--warmup", "1",
+                     "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = [r for r in read_records(out)[0] if r["status"] == "ok"]
+    assert runs and all(r["prediction"]["predicted_step_time_ms"] > 0 for r in runs)
+    for r in runs:
+        assert r["prediction_error"] == pytest.approx(
+            r["prediction"]["predicted_step_time_ms"] / r["step_time_ms_median"] - 1)
