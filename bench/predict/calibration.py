@@ -60,6 +60,9 @@ class ComputeCosts:
     blocks: list[BlockCost]
     optimizer_ms_per_parameter: float
     """The optimizer step's time over the parameters it updated."""
+    step_overhead_ms: Line = Line(0.0, 0.0)
+    """What a whole training step costs beyond its blocks and its update (zeroing gradients, the
+    autograd engine's start, Python), by samples: a plain loop's step less the parts timed alone."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,9 @@ class Calibration:
     def blocks(self, threads: int) -> list[BlockCost]:
         return self.threads[self._nearest(threads)].blocks
 
+    def overhead_ms(self, threads: int, samples: float) -> float:
+        return self.threads[self._nearest(threads)].step_overhead_ms.at(samples)
+
     def optimizer_ms(self, threads: int, parameters: float) -> float:
         return self.threads[self._nearest(threads)].optimizer_ms_per_parameter * parameters
 
@@ -142,7 +148,8 @@ class Calibration:
             raise ConfigError(f"{path} is calibration version {data.get('calibration_version')}, this suite reads "
                               f"{CALIBRATION_VERSION}: calibrate again")
         try:
-            threads = {int(t): ComputeCosts([_block(b) for b in v["blocks"]], float(v["optimizer_ms_per_parameter"]))
+            threads = {int(t): ComputeCosts([_block(b) for b in v["blocks"]], float(v["optimizer_ms_per_parameter"]),
+                                            Line(**v["step_overhead_ms"]))
                        for t, v in data["threads"].items()}
             curves = {name: Curve([(int(s), float(ms)) for s, ms in c["points"]])
                       for name, c in data["collectives"].items()}

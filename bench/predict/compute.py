@@ -101,7 +101,29 @@ def compute_costs(
                   Line.fit([(n, per_batch[n][i][1]) for n in batches]), counts[i], outputs[i], saved[i])
         for i in range(len(spec.blocks))
     ]
-    return ComputeCosts(blocks, optimizer_ms_per_parameter(spec, build_optimizer, device, repeats))
+    per_parameter = optimizer_ms_per_parameter(spec, build_optimizer, device, repeats)
+    update = per_parameter * sum(counts)
+    overhead = [(n, whole_step_ms(spec, n, build_optimizer, device, repeats) - update
+                 - sum(f + b for f, b in per_batch[n])) for n in batches]
+    return ComputeCosts(blocks, per_parameter, Line.fit(overhead))
+
+
+def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.device, repeats: int) -> float:
+    """The median time of a plain training step (the PyTorch tutorials' loop) at ``batch`` samples."""
+    now = _synchronized(device)
+    blocks = spec.blocks.to(device)
+    optimizer = build(blocks.parameters())
+    inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
+    inputs, targets = inputs.to(device), targets.to(device)
+    steps = []
+    for r in range(repeats + 1):
+        start = now()
+        optimizer.zero_grad(set_to_none=True)
+        spec.loss_fn(blocks(inputs), targets).backward()
+        optimizer.step()
+        if r > 0:
+            steps.append((now() - start) * 1e3)
+    return statistics.median(steps)
 
 
 def _output_bytes_per_sample(spec: ModelSpec, device: torch.device) -> list[float]:

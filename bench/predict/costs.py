@@ -114,7 +114,7 @@ def _in_process(calibration: Calibration, scenario: Scenario, microbatches: int)
     threads = cores()
     blocks = calibration.blocks(threads)
     forward, backward = _pass(blocks, range(len(blocks)), scenario.global_batch / microbatches)
-    compute = (forward + backward) * microbatches
+    compute = (forward + backward) * microbatches + calibration.overhead_ms(threads, scenario.global_batch)
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
     notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
     return StepPrediction(compute + update, compute, 0.0, update, notes=notes)
@@ -125,7 +125,7 @@ def _data_parallel(calibration: Calibration, scenario: Scenario) -> StepPredicti
     threads = threads_for(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
     samples = scenario.global_batch / n
-    forward = sum(b.forward_ms.at(samples) for b in blocks) * slow
+    forward = (sum(b.forward_ms.at(samples) for b in blocks) + calibration.overhead_ms(threads, samples)) * slow
     # The backward runs from the last block; a bucket's all-reduce starts once its blocks are done.
     clock, comm_free, bucket, cap = forward, forward, 0.0, FIRST_BUCKET_BYTES
     for i in reversed(range(len(blocks))):
@@ -166,8 +166,9 @@ def _fsdp(calibration: Calibration, scenario: Scenario) -> StepPrediction:
         started = max(compute, comm)
         compute = started + backward[i]
         comm = max(comm, compute) + reduce[i]
-    end = max(comm, compute)
-    busy = sum(forward) + sum(backward)
+    overhead = calibration.overhead_ms(threads, samples) * slow
+    end = max(comm, compute) + overhead
+    busy = sum(forward) + sum(backward) + overhead
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
     return StepPrediction(end + update, busy, end - busy, update)
 
@@ -184,6 +185,7 @@ def _tensor_parallel(calibration: Calibration, scenario: Scenario) -> StepPredic
         compute += (block.forward_ms.at(samples) + block.backward_ms.at(samples)) * share * slow
         # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
         comm += 2 * pairs.get(i, 0) * ring(calibration, "all_reduce", block.output_bytes_per_sample * samples, n)
+    compute += calibration.overhead_ms(threads, samples) * slow
     sharded = sum(blocks[i].parameters for i in pairs)
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) - sharded * (1 - 1 / n)) * slow
     return StepPrediction(compute + comm + update, compute, comm, update)
@@ -235,5 +237,6 @@ def _pipeline(calibration: Calibration, scenario: Scenario) -> StepPrediction:
     averaging = ring(calibration, "all_reduce", stage_parameters * 4, replicas) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
-    return StepPrediction(makespan + averaging + update, busy, makespan - busy + averaging, update,
+    overhead = calibration.overhead_ms(threads, samples * m) * slow  # the step's own, once per schedule
+    return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                           simulated_bubble(spans), spans, notes)
