@@ -123,6 +123,16 @@ class Calibration:
         largest = max(self.slowdown)
         return self.slowdown[largest] * processes / largest
 
+    def collective_ms(self, operation: str, size: float, ranks: int) -> float:
+        """``operation``'s ms on ``ranks`` processes from its curve measured on ``collective_ranks``: a ring
+        moves 2(N-1)/N of the bytes per rank for all-reduce and (N-1)/N for the others, so the bytes are
+        scaled by that share's ratio. KeyError where the operation was not measured (one GPU)."""
+        if ranks <= 1:
+            return 0.0
+        measured = self.collective_ranks
+        factor = (ranks - 1) / ranks / ((measured - 1) / measured)
+        return self.collectives[operation].at(size * factor)
+
     def _nearest(self, threads: int) -> int:
         return min(self.threads, key=lambda t: (abs(t - threads), t))
 

@@ -18,8 +18,10 @@ from bench.environment import environment
 from bench.predict.calibration import Calibration
 from bench.predict.collectives import default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
-from bench.predict.costs import Scenario, predict_step, stage_blocks, threads_for
+from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks, threads_for
+from bench.predict.hardware import RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
+from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
 from strategies import ConfigError, strategy_class
@@ -55,6 +57,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--batch-size", type=int, default=None)
     predict.add_argument("--microbatches", type=int, default=4)
     predict.add_argument("--schedule", default="gpipe")
+    predict.add_argument("--hardware", default=None,
+                         help="predict for a data-sheet profile instead of this machine: h100, h200 (nodes of 8 "
+                              "with InfiniBand between them) or h200-node (one node)")
+    predict.add_argument("--precision", default=None, help="with --hardware: bf16 (default), tf32 or fp32")
+    predict.add_argument("--scaling", choices=("weak", "strong"), default=None,
+                         help="weak: --batch-size per device (default with --hardware); strong: the global batch")
     predict.add_argument("--out", default="results/predictions.jsonl")
 
 
@@ -128,7 +136,7 @@ def scenario_for(config: RunConfig) -> Scenario:
                     config.dp, config.pp, tuple(blocks), tuple(pairs))
 
 
-def prediction_record(calibration: Calibration, config: RunConfig, source: str) -> dict[str, object]:
+def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:
     """A record of kind ``prediction`` for ``config``: every figure named predicted."""
     scenario = scenario_for(config)
     step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
@@ -158,28 +166,55 @@ def prediction_record(calibration: Calibration, config: RunConfig, source: str) 
 
 def predict_main(args: argparse.Namespace) -> int:
     try:
-        calibration = Calibration.load(Path(args.calibration))
-        calibration.check_matches(machine_identity(environment()), args.model, args.preset)
-        configs = []
-        for name in args.strategies:
-            strategy_class(name)
-            if name not in PREDICTED:
-                raise ConfigError(f"no cost model for {name}; predicted: {', '.join(PREDICTED)}")
-            for devices in args.devices:
-                config = RunConfig(strategy=name, model=args.model, preset=args.preset, devices=devices,
-                                   batch_size=args.batch_size, norm=calibration.norm, out=args.out,
-                                   microbatches=args.microbatches if name in ("mp", "pp", "hybrid") else 1,
-                                   schedule=args.schedule)
-                try:
-                    configs.append(resolve(config))
-                except ConfigError as exc:
-                    log.warning("%s on %d device(s) not predicted: %s", name, devices, exc)
+        if args.hardware:
+            hardware = profile(args.hardware, args.devices)
+            norm, precision = "batch", args.precision or "bf16"
+            source = RooflineSource(hardware, args.model, args.preset, norm, precision)
+            label = f"roofline (an upper bound on speed) from {hardware.source}"
+        else:
+            calibration = Calibration.load(Path(args.calibration))
+            calibration.check_matches(machine_identity(environment()), args.model, args.preset)
+            source, norm, precision = calibration, calibration.norm, "fp32"
+            label = f"calibration {args.calibration} ({calibration.machine['hostname']})"
+        scaling = args.scaling or ("weak" if args.hardware else "strong")
+        configs = _configs(args, norm, scaling)
     except ConfigError as exc:
         fail("bench predict", str(exc))
-    source = f"calibration {args.calibration} ({calibration.machine['hostname']})"
-    for config in configs:
-        record = prediction_record(calibration, config, source)
+    records = [prediction_record(source, config, label) for config in configs]
+    if args.hardware:
+        what_if_fields(records, source, hardware, precision, scaling)
+    for record in records:
         append_record(args.out, record)
-        print(f"{config.strategy:<7} x{config.devices}  predicted {record['predicted_step_time_ms']:9.2f} ms/step  "
-              f"{record['predicted_samples_per_s']:10.1f} samples/s  (predicted)")
+    print_predictions(records)
     return 0
+
+
+def _configs(args: argparse.Namespace, norm: str, scaling: str) -> list[RunConfig]:
+    """One resolved configuration per strategy and device count; points the strategy cannot run are left
+    out with a warning (pp beyond the model's blocks, tp on a model without a plan)."""
+    configs = []
+    for name in args.strategies:
+        strategy_class(name)
+        if name not in PREDICTED:
+            raise ConfigError(f"no cost model for {name}; predicted: {', '.join(PREDICTED)}")
+    for name in args.strategies:
+        for devices in args.devices:
+            batch = args.batch_size
+            if scaling == "weak":  # --batch-size (or the preset's) per device
+                batch = (batch or _default_batch(args.model, args.preset)) * devices
+            config = RunConfig(strategy=name, model=args.model, preset=args.preset, devices=devices,
+                               batch_size=batch, norm=norm, out=args.out, accelerator="cpu",
+                               microbatches=args.microbatches if name in ("mp", "pp", "hybrid") else 1,
+                               schedule=args.schedule)
+            try:
+                configs.append(resolve(config))
+            except ConfigError as exc:
+                log.warning("%s on %d device(s) not predicted: %s", name, devices, exc)
+    return configs
+
+
+def _default_batch(model: str, preset: str) -> int:
+    import torch
+
+    with torch.device("meta"):
+        return models.build_model(model, preset).default_batch_size

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from bench.predict.calibration import BlockCost, Calibration
+from bench.predict.calibration import BlockCost
 from strategies.action_tables import Action, SimulatedSpan, action_table, simulate, simulated_bubble
 from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
@@ -82,17 +83,17 @@ def _pass(blocks: list[BlockCost], ids: range | list[int], samples: float) -> tu
     return (sum(blocks[i].forward_ms.at(samples) for i in ids), sum(blocks[i].backward_ms.at(samples) for i in ids))
 
 
-def ring(calibration: Calibration, operation: str, size: float, ranks: int) -> float:
-    """A collective's ms on ``ranks`` processes from the curve measured on ``collective_ranks``: a ring
-    moves 2(N-1)/N of the bytes for all-reduce and (N-1)/N for the others, per rank."""
-    if ranks <= 1:
-        return 0.0
-    measured = calibration.collective_ranks
-    factor = (ranks - 1) / ranks / ((measured - 1) / measured)
-    return calibration.collectives[operation].at(size * factor)
+class CostSource(Protocol):
+    """Where a prediction's durations come from: a calibration of this machine, or a hardware profile."""
+
+    def blocks(self, threads: int) -> list[BlockCost]: ...
+    def optimizer_ms(self, threads: int, parameters: float) -> float: ...
+    def overhead_ms(self, threads: int, samples: float) -> float: ...
+    def slowdown_for(self, processes: int) -> float: ...
+    def collective_ms(self, operation: str, size: float, ranks: int) -> float: ...
 
 
-def predict_step(calibration: Calibration, scenario: Scenario, optimizer_states: int) -> StepPrediction:
+def predict_step(calibration: CostSource, scenario: Scenario, optimizer_states: int) -> StepPrediction:
     """The predicted step of ``scenario``; ValueError for a strategy or setting with no model here."""
     name = scenario.strategy
     if name in ("single", "dp"):
@@ -110,7 +111,7 @@ def predict_step(calibration: Calibration, scenario: Scenario, optimizer_states:
     raise ValueError(f"no cost model for strategy {name!r}")
 
 
-def _in_process(calibration: Calibration, scenario: Scenario, microbatches: int) -> StepPrediction:
+def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) -> StepPrediction:
     threads = cores()
     blocks = calibration.blocks(threads)
     forward, backward = _pass(blocks, range(len(blocks)), scenario.global_batch / microbatches)
@@ -120,7 +121,7 @@ def _in_process(calibration: Calibration, scenario: Scenario, microbatches: int)
     return StepPrediction(compute + update, compute, 0.0, update, notes=notes)
 
 
-def _data_parallel(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     n = scenario.devices
     threads = threads_for(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
@@ -132,25 +133,25 @@ def _data_parallel(calibration: Calibration, scenario: Scenario) -> StepPredicti
         clock += blocks[i].backward_ms.at(samples) * slow
         bucket += blocks[i].parameters * 4
         if bucket >= cap or i == 0:
-            comm_free = max(comm_free, clock) + ring(calibration, "all_reduce", bucket, n)
+            comm_free = max(comm_free, clock) + calibration.collective_ms("all_reduce", bucket, n)
             bucket, cap = 0.0, scenario.bucket_cap_mb * 2**20
     exposed = max(0.0, comm_free - clock)
     parameters = sum(b.parameters for b in blocks)
     if scenario.strategy == "zero1":
         update = calibration.optimizer_ms(threads, parameters / n) * slow
-        exposed += n * ring(calibration, "broadcast", parameters * 4 / n, n)  # each rank sends its shard
+        exposed += n * calibration.collective_ms("broadcast", parameters * 4 / n, n)  # each rank sends its shard
     else:
         update = calibration.optimizer_ms(threads, parameters) * slow
     return StepPrediction(clock + exposed + update, clock, exposed, update)
 
 
-def _fsdp(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     n = scenario.devices
     threads = threads_for(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
     samples = scenario.global_batch / n
-    gather = [ring(calibration, "all_gather", b.parameters * 4 / n, n) for b in blocks]
-    reduce = [ring(calibration, "reduce_scatter", b.parameters * 4, n) for b in blocks]
+    gather = [calibration.collective_ms("all_gather", b.parameters * 4 / n, n) for b in blocks]
+    reduce = [calibration.collective_ms("reduce_scatter", b.parameters * 4, n) for b in blocks]
     forward = [b.forward_ms.at(samples) * slow for b in blocks]
     backward = [b.backward_ms.at(samples) * slow for b in blocks]
     # One communication stream, one block ahead of the compute: block i's all-gather may start once
@@ -173,7 +174,7 @@ def _fsdp(calibration: Calibration, scenario: Scenario) -> StepPrediction:
     return StepPrediction(end + update, busy, end - busy, update)
 
 
-def _tensor_parallel(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     n = scenario.devices
     threads = threads_for(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
@@ -184,14 +185,15 @@ def _tensor_parallel(calibration: Calibration, scenario: Scenario) -> StepPredic
         share = 1 / n if i in pairs else 1.0
         compute += (block.forward_ms.at(samples) + block.backward_ms.at(samples)) * share * slow
         # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
-        comm += 2 * pairs.get(i, 0) * ring(calibration, "all_reduce", block.output_bytes_per_sample * samples, n)
+        activation = block.output_bytes_per_sample * samples
+        comm += 2 * pairs.get(i, 0) * calibration.collective_ms("all_reduce", activation, n)
     compute += calibration.overhead_ms(threads, samples) * slow
     sharded = sum(blocks[i].parameters for i in pairs)
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) - sharded * (1 - 1 / n)) * slow
     return StepPrediction(compute + comm + update, compute, comm, update)
 
 
-def stage_blocks(calibration: Calibration, scenario: Scenario, stages: int, samples: float) -> list[list[int]]:
+def stage_blocks(calibration: CostSource, scenario: Scenario, stages: int, samples: float) -> list[list[int]]:
     """Which blocks each stage holds under ``--balance`` (strategies/partition.py's rules)."""
     blocks = calibration.blocks(threads_for(scenario.devices))
     balance = explicit_balance(scenario.balance, len(blocks), stages)
@@ -206,7 +208,7 @@ def stage_blocks(calibration: Calibration, scenario: Scenario, stages: int, samp
     return [list(range(start, start + size)) for start, size in zip(starts, balance, strict=True)]
 
 
-def _pipeline(calibration: Calibration, scenario: Scenario) -> StepPrediction:
+def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     replicas = scenario.dp or 1 if scenario.strategy == "hybrid" else 1
     ranks = scenario.devices // replicas
     m, v = scenario.microbatches, scenario.stages_per_rank
@@ -215,7 +217,8 @@ def _pipeline(calibration: Calibration, scenario: Scenario) -> StepPrediction:
     samples = scenario.global_batch / replicas / m
     parts = stage_blocks(calibration, scenario, ranks * v, samples)
     costs = [_pass(blocks, part, samples) for part in parts]
-    sends = [ring(calibration, "send_recv", blocks[part[-1]].output_bytes_per_sample * samples, 2) for part in parts]
+    sends = [calibration.collective_ms("send_recv", blocks[part[-1]].output_bytes_per_sample * samples, 2)
+             for part in parts]
 
     def duration(action: Action) -> float:
         forward, backward = costs[action.stage]
@@ -234,7 +237,7 @@ def _pipeline(calibration: Calibration, scenario: Scenario) -> StepPrediction:
     update = calibration.optimizer_ms(threads, stage_parameters) * slow
     # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
     # all-reduce runs after it, exposed.
-    averaging = ring(calibration, "all_reduce", stage_parameters * 4, replicas) if replicas > 1 else 0.0
+    averaging = calibration.collective_ms("all_reduce", stage_parameters * 4, replicas) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
     overhead = calibration.overhead_ms(threads, samples * m) * slow  # the step's own, once per schedule
