@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, in one script and about 8 minutes on one GPU (the step limits add up to 500 s), with
+# The GPU check, in one script and about 8 minutes on one GPU (the step limits add up to 480 s), with
 # the machine's own torch (it installs nothing): the GPU tests, the transformer at its large preset,
 # a short sweep, the multi-process strategies checked against single on CPU ranks, the training
 # knobs, `pytest --benchmark` on one model and the report, everything written into OUT_DIR. The
@@ -46,18 +46,31 @@ step() {
   fi
 }
 
-step list 20 python -m bench list
+step list 10 python -m bench list
 step gpu-tests 60 python -m pytest -q -p no:cacheprovider -m gpu tests
 # The transformer at its large preset once on its own, so that it is seen before the sweep runs it
 # again. Its own batch fits (counted, not measured): 737M parameters and 16 x 1024 tokens are under
 # 50 GB in fp32 (models/transformer.py) and 6 x 737M x 16384 = 7e13 FLOPs a step, under a second
 # in bf16 (the GPU default) at 20% of an H200's peak.
-step transformer 60 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
+step transformer 50 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
   --warmup 2 --out "$out/transformer.jsonl"
 # With one GPU the strategies that need a device per rank (zero1, fsdp, tp, mp, pp, hybrid) are
 # skipped rows here: the verify-cpu step below checks them.
-step sweep 140 python -m bench sweep --models cnn,mlp,transformer --preset "$preset" --microbatches 4 --repeats 2 \
+step sweep 110 python -m bench sweep --models cnn,mlp,transformer --preset "$preset" --microbatches 4 --repeats 2 \
   --out "$out/sweep.jsonl" --run-timeout-s 90 --calibration none
+# Predicted before measured on this GPU: a calibration of the large mlp (blocks, update, step overhead;
+# one GPU has no collectives to measure), then single and ddp on 1 GPU in fp32 (the calibration's
+# precision), each record carrying its prediction and prediction_error.
+predict_runs() {
+  python -m bench calibrate --model mlp --preset "$preset" --devices 1 --microbatches 1 --repeats 3 \
+    --out "$out/calibration-mlp.json" &&
+  python -m bench sweep --strategies single,ddp --models mlp --devices 1 --preset "$preset" --precision fp32 \
+    --repeats 2 --steps 5 --warmup 2 --calibration "$out/calibration-mlp.json" --out "$out/predicted.jsonl" \
+    --run-timeout-s 40
+}
+export out preset
+export -f predict_runs
+step predict 60 bash -c predict_runs
 # The training knobs side by side on one model: each precision, then compile and activation
 # checkpointing at the machine's default precision (tf32 exists on CUDA only).
 precisions="fp32 bf16 fp16"
@@ -69,17 +82,17 @@ knob_runs() {
 }
 export out preset precisions
 export -f knob_runs
-step knobs 80 bash -c knob_runs  # timeout runs programs, not shell functions
+step knobs 60 bash -c knob_runs  # timeout runs programs, not shell functions
 # The sharded strategies, which one GPU cannot host (a device per rank), on the transformer against
 # single on 2 gloo ranks of the CPU: an empty CUDA_VISIBLE_DEVICES hides the GPU, so `auto` is the CPU.
 step verify-cpu 50 env CUDA_VISIBLE_DEVICES= python -m bench verify --models transformer \
   --strategies ddp,zero1,fsdp,tp --devices 2 --out "$out/verify-cpu.jsonl"
-step benchmark 45 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
+step benchmark 40 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
   --bench-preset "$preset" --bench-steps 5 --bench-warmup 2 --benchmark-json="$out/benchmark.json"
-step verify 25 python -m bench verify --models mlp --out "$out/verify.jsonl"
+step verify 20 python -m bench verify --models mlp --out "$out/verify.jsonl"
 # Left out: transformer.jsonl (its single run would join the sweep's round-0 baseline of the speed-ups)
 # and verify-cpu.jsonl (CPU verdicts, not about this machine's GPU runs).
 inputs=()
-for f in "$out/sweep.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do [ -s "$f" ] && inputs+=("$f"); done
+for f in "$out/sweep.jsonl" "$out/predicted.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do [ -s "$f" ] && inputs+=("$f"); done
 step report 20 python -m bench report "${inputs[@]}" --out "$out/report"
 exit $failed
