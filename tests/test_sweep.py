@@ -68,8 +68,10 @@ def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resume
     assert proc.returncode == 0, proc.stderr
     assert "1 ok, 1 failed" in proc.stdout
     records, bad = read_records(out)
-    assert bad == [] and [(r["model"], r["status"]) for r in records] == [
-        ("tests.faulty_models:raising", "failed"), ("mlp", "ok")]
+    rows = [(r["model"], r["status"]) for r in records]
+    # On a busy machine the mlp run may be marked disturbed and run once more: a further ok row.
+    assert bad == [] and rows[:2] == [("tests.faulty_models:raising", "failed"), ("mlp", "ok")]
+    assert all(row == ("mlp", "ok") for row in rows[2:]) and all(r["disturbed"] for r in records[1:-1])
     assert "injected fault in forward" in records[0]["reason"]
 
     # A killed writer's torn line, then the same sweep again: it is reported, and nothing is redone.

@@ -122,6 +122,8 @@ def scenario_for(config: RunConfig) -> Scenario:
     """The cost-relevant options of a resolved run configuration."""
     import torch
 
+    if config.strategy == "dp" and config.accelerator == "cuda":
+        raise ValueError("no cost model for nn.DataParallel on GPUs (its scatter, replicas and gather per step)")
     blocks: list[int] = []
     pairs: list[int] = []
     if config.strategy == "tp":
@@ -180,7 +182,12 @@ def predict_main(args: argparse.Namespace) -> int:
         configs = _configs(args, norm, scaling)
     except ConfigError as exc:
         fail("bench predict", str(exc))
-    records = [prediction_record(source, config, label) for config in configs]
+    records = []
+    for config in configs:
+        try:
+            records.append(prediction_record(source, config, label))
+        except ValueError as exc:
+            log.warning("%s on %d device(s) not predicted: %s", config.strategy, config.devices, exc)
     if args.hardware:
         what_if_fields(records, source, hardware, precision, scaling)
     for record in records:
