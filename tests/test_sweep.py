@@ -80,7 +80,7 @@ def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resume
     before = out.read_text()
     again = run_bench(*sweep_args(out, "--models", "tests.faulty_models:raising,mlp"), env={"PYTHONPATH": "."})
     assert again.returncode == 0 and "2 already done" in again.stdout
-    assert f"{out}:3 skipped: not valid JSON" in again.stderr
+    assert f"{out}:{len(rows) + 1} skipped: not valid JSON" in again.stderr
     assert out.read_text() == before
 
 
