@@ -107,7 +107,7 @@ def build_report(results: Results, out: Path) -> list[Path]:
                 "backward). Memory is the tracked MiB per device (see Memory); `gathered parameters` is what "
                 "fsdp's all-gathers held at the peak.", *_emulation_note(emulated)], [family],
                 _present([figures.data_parallel_family(runs, out)])))
-        pipeline = _present([figures.bubbles(runs, out), _timeline(results, out)])
+        pipeline = _present([figures.bubbles(runs, out), *_timeline(results, out)])
         if pipeline:
             sections.append(Section("Pipelines", [
                 "Bubble: the fraction of the schedule's time a stage sits idle (waiting, transfers, Python). "
@@ -116,7 +116,10 @@ def build_report(results: Results, out: Path) -> list[Path]:
                 "communication; this is (p-1)/(m+p-1) for GPipe and 1F1B and that divided by v for interleaved "
                 "schedules when m is a multiple of p, and exact where those formulas are not. The update "
                 "(dividing the gradients by m, the optimizer step) is not counted as idle: `update_fraction` is "
-                "its own share of the step."], [bubble_table(runs)], pipeline))
+                "its own share of the step. Where the run carried its prediction, the PREDICTED timeline (the "
+                "same action table replayed with the calibrated stage times and transfers) is drawn beside the "
+                "measured one."],
+                [bubble_table(runs)], pipeline))
     if not runs.empty:
         sections += [s for s in (prediction_section(runs, fastest(runs)), what_if_section(results.predictions)) if s]
     elif not results.predictions.empty:
@@ -147,12 +150,17 @@ def _traces(results: Results, out: Path) -> Section:
     rows = []
     for record in (r for r in results.records if r.get("kind", "run") == "run"):
         fields = record.get("strategy_fields") or {}
-        if not (record.get("status") == "ok" and (fields.get("timeline") or record.get("profile_traces"))):
+        predicted = (record.get("prediction") or {}).get("predicted_timeline")
+        if not (record.get("status") == "ok" and (fields.get("timeline") or record.get("profile_traces") or predicted)):
             continue
         label = run_label(record)
         if fields.get("timeline"):
             path = write_timeline_trace(fields["timeline"], out / "traces" / f"{file_name(label)}.trace.json")
             rows.append({"run": label, "trace": str(path.relative_to(out)), "what": "pipeline timeline"})
+        predicted = (record.get("prediction") or {}).get("predicted_timeline")
+        if predicted:
+            path = write_timeline_trace(predicted, out / "traces" / f"{file_name(label)}.predicted.trace.json")
+            rows.append({"run": label, "trace": str(path.relative_to(out)), "what": "PREDICTED pipeline timeline"})
         for trace in record.get("profile_traces") or []:
             rows.append({"run": label, "trace": trace, "what": "torch.profiler, last timed steps"})
     if not rows:
@@ -241,18 +249,22 @@ def _fidelity(fidelity: pd.DataFrame) -> Section:
     return section
 
 
-def _timeline(results: Results, out: Path) -> Path | None:
-    """The Gantt chart of the last pipeline record that kept its micro-batch events."""
+def _timeline(results: Results, out: Path) -> list[Path | None]:
+    """The Gantt chart of the last pipeline record that kept its micro-batch events, and beside it the
+    timeline its prediction replayed, where it carried one (labelled PREDICTED)."""
     for record in reversed(results.records):
         events = (record.get("strategy_fields") or {}).get("timeline")
-        if record.get("status") == "ok" and events:
+        if record.get("status") == "ok" and events and record.get("kind", "run") == "run":
             title = (
                 f"One step of {record['strategy']} ({record['config'].get('schedule')}, "
                 f"m={record['config'].get('microbatches')}) on {record['device_count']} ranks, {record['model']}"
             )
             flags = pd.DataFrame([{"emulated": record["emulated"], "oversubscribed": record.get("oversubscribed")}])
-            return figures.timeline(events, title, flags, out)
-    return None
+            predicted = (record.get("prediction") or {}).get("predicted_timeline")
+            return [figures.timeline(events, f"{title}: measured", flags, out),
+                    figures.timeline(predicted, f"{title}: PREDICTED", flags, out, "pipeline_timeline_predicted")
+                    if predicted else None]
+    return []
 
 
 def _not_run(results: Results) -> Section:

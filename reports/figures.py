@@ -167,7 +167,8 @@ def bubbles(runs: pd.DataFrame, out: Path) -> Path | None:
                    out / "bubbles.png")
 
 
-def timeline(events: list[dict[str, object]], title: str, run: pd.DataFrame, out: Path) -> Path | None:
+def timeline(events: list[dict[str, object]], title: str, run: pd.DataFrame, out: Path,
+             name: str = "pipeline_timeline") -> Path | None:
     """Gantt chart of one pipeline step: each rank's forward and backward per micro-batch; gaps are idle."""
     if not events:
         return None
@@ -188,4 +189,4 @@ def timeline(events: list[dict[str, object]], title: str, run: pd.DataFrame, out
     ax.set_xlabel("ms since the step started")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds]
     ax.legend(handles, [names[k] for k in kinds], loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    return _finish(fig, title, run, out / "pipeline_timeline.png")
+    return _finish(fig, title, run, out / f"{name}.png")

@@ -76,7 +76,7 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
                      "baseline": best.get("baseline", "single"), "repeats": best["repeats"],
                      "verified": best["verified"], "emulated": best["emulated"]})
     table = pd.DataFrame(rows)
-    return table if _baseline_column(table) else table.drop(columns="baseline")
+    return table if _baseline_column(table) else table.drop(columns="baseline", errors="ignore")
 
 
 def _verdict(ranked: pd.DataFrame) -> str:

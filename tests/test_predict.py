@@ -209,3 +209,17 @@ def test_collectives_across_nodes_cost_more_than_inside_one() -> None:
     inside, across = (source.collective_ms("all_reduce", 64e6, n) for n in (8, 64))
     assert 0 < inside < across
     assert source.collective_ms("all_reduce", 64e6, 1) == 0.0
+
+
+def test_runtime_overheads_are_the_reference_runs_beyond_single_and_the_counted_communication() -> None:
+    from bench.predict.runtime import MICROBATCHES, overheads
+
+    steps = {"single": 1.0, "ddp": 3.0, "fsdp": 11.0, "tp": 5.0, "pp": 20.0}
+    latency = {**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])}
+    found = overheads(steps, latency, blocks=5, pairs=2, parameter_bytes=[400] * 5, activation_bytes=256)
+    assert found.ddp_per_step == pytest.approx(3.0 - 1.0 - 0.5)  # one all-reduce of the gradients
+    assert found.fsdp_per_block == pytest.approx((11.0 - 1.0) / 5)  # free gathers: all of it is runtime
+    assert found.tp_per_pair == pytest.approx((5.0 - 1.0 - 2 * 2 * 0.5) / 2)
+    assert found.pp_per_action == pytest.approx(20.0 / (2 * (MICROBATCHES + 1)))
+    # A runtime never gives time back: a reference faster than single counts as none.
+    assert overheads({**steps, "ddp": 0.5}, FREE, 5, 2, [400] * 5, 256).ddp_per_step == 0.0

@@ -83,6 +83,17 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class RuntimeOverheads:
+    """Milliseconds the distributed runtimes add beyond compute and counted communication, each in the unit
+    it grows with (bench/predict/runtime.py measures them; zero where not measured)."""
+
+    ddp_per_step: float = 0.0
+    fsdp_per_block: float = 0.0
+    tp_per_pair: float = 0.0
+    pp_per_action: float = 0.0
+
+
+@dataclass(frozen=True)
 class Calibration:
     """One machine and model, measured by ``bench calibrate``."""
 
@@ -102,6 +113,7 @@ class Calibration:
     slowdown: dict[int, float] = field(default_factory=dict)
     """Per count of processes computing at once on this machine, how much slower each one's compute runs
     than alone (shared cores and memory bandwidth; 1.0 on separate GPUs)."""
+    runtime: RuntimeOverheads = RuntimeOverheads()
     env: dict[str, object] = field(default_factory=dict)
 
     def blocks(self, threads: int) -> list[BlockCost]:
@@ -165,7 +177,8 @@ class Calibration:
                       for name, c in data["collectives"].items()}
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
                        data["backend"], data["machine"], threads, curves, int(data["collective_ranks"]),
-                       {int(k): float(v) for k, v in data.get("slowdown", {}).items()}, data.get("env", {}))
+                       {int(k): float(v) for k, v in data["slowdown"].items()}, RuntimeOverheads(**data["runtime"]),
+                       data.get("env", {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 

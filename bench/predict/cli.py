@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import functools
 import logging
+import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
@@ -15,12 +16,13 @@ import models
 from bench.cli_args import comma_list, fail
 from bench.config import RunConfig, resolve
 from bench.environment import environment
-from bench.predict.calibration import Calibration
+from bench.predict.calibration import Calibration, RuntimeOverheads
 from bench.predict.collectives import default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
 from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks, threads_for
 from bench.predict.hardware import RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
+from bench.predict.runtime import reference_configs, reference_overheads
 from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
@@ -105,7 +107,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     torch.set_num_threads(before)
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
     can_communicate = not cuda or torch.cuda.device_count() >= 2
-    curves = measure_collectives(2, config.accelerator, default_sizes(largest)) if can_communicate else {}
+    curves, runtime = {}, RuntimeOverheads()
+    if can_communicate:
+        with tempfile.TemporaryDirectory() as folder:
+            references = reference_configs(str(Path(folder) / "reference.jsonl"), config.accelerator)
+            curves, reference_ms = measure_collectives(2, config.accelerator, default_sizes(largest),
+                                                       references=references)
+        runtime = reference_overheads(reference_ms, curves)
     steps.update()
     slow = {}
     for d in parallel:
@@ -115,7 +123,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     steps.close()
     env = environment()
     return Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
-                       machine_identity(env), costs, curves, 2, slow, env)
+                       machine_identity(env), costs, curves, 2, slow, runtime, env)
 
 
 def scenario_for(config: RunConfig) -> Scenario:

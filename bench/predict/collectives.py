@@ -12,14 +12,17 @@ import os
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench.config import RunConfig
 from bench.predict.calibration import Curve
 from bench.ranks import become_rank
+from bench.runner import step_times_ms, train
 from strategies.distributed import process_group, torchrun_topology
 
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
@@ -46,7 +49,7 @@ def _operation(name: str, size: int, world: int, rank: int, device: torch.device
     if name == "reduce_scatter":
         whole = torch.ones(elements - elements % world or world, device=device)
         out = torch.empty(whole.numel() // world, device=device)
-        return lambda: dist.reduce_scatter_tensor(out, whole)
+        return lambda: _quiet(dist.reduce_scatter_tensor, out, whole)
     if name == "broadcast":
         return lambda: dist.broadcast(tensor, src=0)
     if name == "send_recv":  # rank 0 to rank 1, as a pipeline's neighbours; the others wait at the barrier
@@ -58,18 +61,32 @@ def _operation(name: str, size: int, world: int, rank: int, device: torch.device
     raise ValueError(f"unknown operation {name!r}; choose from {', '.join(OPERATIONS)}")
 
 
+def _quiet(operation: Callable, *args: object) -> None:
+    """torch 2.14 marks reduce_scatter_tensor deprecated (FSDP2 still calls it); 2.11 has no successor."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        operation(*args)
+
+
 def _repeats(size: int) -> int:
     return 3 if size >= 64 * KIB * KIB else 5
 
 
-def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequence[int], timeout_s: float) -> None:
+def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequence[int], timeout_s: float,
+            references: dict[str, RunConfig]) -> None:
     become_rank(rank, world, folder)
     torch.set_num_threads(1)
     topo = torchrun_topology(accelerator)
     device = topo.devices[0]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     results: dict[str, list[tuple[int, float]]] = {}
+    # The reference runs (bench/predict/runtime.py): single outside the group, in both processes at once,
+    # as the others run; then each distributed strategy in the group.
+    steps = {"single": statistics.median(step_times_ms(train(references["single"]).ranks))} if references else {}
     with process_group(topo, timeout_s):
+        for name, config in references.items():
+            if name != "single":
+                steps[name] = statistics.median(step_times_ms(train(config).ranks))
         for name in OPERATIONS:
             points = []
             for size in sizes:
@@ -87,15 +104,26 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
                 points.append((size, statistics.median(slowest.tolist()) * 1e3))
             results[name] = points
     if rank == 0:
-        torch.save(results, os.path.join(folder, "collectives.pt"))
+        torch.save((results, steps), os.path.join(folder, "collectives.pt"))
 
 
 def measure_collectives(
-    world: int, accelerator: str, sizes: Sequence[int], timeout_s: float = 300.0
-) -> dict[str, Curve]:
-    """Each operation's milliseconds by bytes on ``world`` processes of this machine."""
+    world: int, accelerator: str, sizes: Sequence[int], timeout_s: float = 300.0,
+    references: dict[str, RunConfig] | None = None,
+) -> tuple[dict[str, Curve], dict[str, float]]:
+    """Each operation's milliseconds by bytes on ``world`` processes of this machine (a larger message
+    never costs less: each point is at most every larger one's), and the median step of each reference run."""
     with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(_worker, args=(world, folder, accelerator, list(sizes), timeout_s), nprocs=world,
-                           join=True, start_method="spawn")
-        measured = torch.load(os.path.join(folder, "collectives.pt"))
-    return {name: Curve(points) for name, points in measured.items()}
+        mp.start_processes(_worker, args=(world, folder, accelerator, list(sizes), timeout_s, references or {}),
+                           nprocs=world, join=True, start_method="spawn")
+        measured, steps = torch.load(os.path.join(folder, "collectives.pt"))
+    return {name: Curve(_monotone(points)) for name, points in measured.items()}, steps
+
+
+def _monotone(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Noise can make a small message look slower than a larger one; the larger one's time bounds it."""
+    out, bound = [], float("inf")
+    for size, ms in reversed(points):
+        bound = min(bound, ms)
+        out.append((size, bound))
+    return out[::-1]

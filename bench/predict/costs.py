@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bench.predict.calibration import BlockCost
+from bench.predict.calibration import BlockCost, RuntimeOverheads
 from strategies.action_tables import Action, SimulatedSpan, action_table, simulate, simulated_bubble
 from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
@@ -91,6 +91,8 @@ class CostSource(Protocol):
     def overhead_ms(self, threads: int, samples: float) -> float: ...
     def slowdown_for(self, processes: int) -> float: ...
     def collective_ms(self, operation: str, size: float, ranks: int) -> float: ...
+    @property
+    def runtime(self) -> RuntimeOverheads: ...
 
 
 def predict_step(calibration: CostSource, scenario: Scenario, optimizer_states: int) -> StepPrediction:
@@ -135,7 +137,7 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
         if bucket >= cap or i == 0:
             comm_free = max(comm_free, clock) + calibration.collective_ms("all_reduce", bucket, n)
             bucket, cap = 0.0, scenario.bucket_cap_mb * 2**20
-    exposed = max(0.0, comm_free - clock)
+    exposed = max(0.0, comm_free - clock) + calibration.runtime.ddp_per_step
     parameters = sum(b.parameters for b in blocks)
     if scenario.strategy == "zero1":
         update = calibration.optimizer_ms(threads, parameters / n) * slow
@@ -167,7 +169,7 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
         started = max(compute, comm)
         compute = started + backward[i]
         comm = max(comm, compute) + reduce[i]
-    overhead = calibration.overhead_ms(threads, samples) * slow
+    overhead = calibration.overhead_ms(threads, samples) * slow + calibration.runtime.fsdp_per_block * len(blocks)
     end = max(comm, compute) + overhead
     busy = sum(forward) + sum(backward) + overhead
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
@@ -188,6 +190,7 @@ def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPredict
         activation = block.output_bytes_per_sample * samples
         comm += 2 * pairs.get(i, 0) * calibration.collective_ms("all_reduce", activation, n)
     compute += calibration.overhead_ms(threads, samples) * slow
+    comm += calibration.runtime.tp_per_pair * sum(pairs.values())
     sharded = sum(blocks[i].parameters for i in pairs)
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) - sharded * (1 - 1 / n)) * slow
     return StepPrediction(compute + comm + update, compute, comm, update)
@@ -223,7 +226,7 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     def duration(action: Action) -> float:
         forward, backward = costs[action.stage]
         share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2, BACKWARD_WEIGHT: backward / 2}
-        return share[action.kind] * slow
+        return share[action.kind] * slow + calibration.runtime.pp_per_action
 
     def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
         return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]

@@ -21,7 +21,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import models
-from bench.predict.calibration import BlockCost, Line
+from bench.predict.calibration import BlockCost, Line, RuntimeOverheads
 from models.sizes import COUNT_BATCH, parameter_counts, saved_bytes_per_sample
 from strategies import ConfigError
 
@@ -124,6 +124,9 @@ class RooflineSource:
         self._outputs = _output_bytes(spec)
         self._blocks = [BlockCost(b.forward_ms, b.backward_ms, b.parameters, out, b.saved_bytes_per_sample)
                         for b, out in zip(self._blocks, self._outputs, strict=True)]
+
+    runtime = RuntimeOverheads()
+    """The runtimes' own costs are not on a data sheet: none are assumed."""
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self._blocks
