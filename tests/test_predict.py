@@ -223,3 +223,8 @@ def test_runtime_overheads_are_the_reference_runs_beyond_single_and_the_counted_
     assert found.pp_per_action == pytest.approx(20.0 / (2 * (MICROBATCHES + 1)))
     # A runtime never gives time back: a reference faster than single counts as none.
     assert overheads({**steps, "ddp": 0.5}, FREE, 5, 2, [400] * 5, 256).ddp_per_step == 0.0
+
+
+def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(tmp_path: Path) -> None:
+    proc = run_bench("calibrate", "--model", "mlp", "--preset", "tiny", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "is a folder" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

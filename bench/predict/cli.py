@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import functools
 import logging
+import os
 import tempfile
 from pathlib import Path
 
@@ -74,13 +75,22 @@ def calibrate_main(args: argparse.Namespace) -> int:
                                    out=str(Path(args.out).with_suffix(".jsonl")), precision="fp32"))
         if min(args.devices) < 1 or min(args.microbatches) < 1 or args.repeats < 1:
             raise ConfigError("--devices, --microbatches and --repeats must be at least 1")
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        writable(Path(args.out))
     except (ConfigError, OSError) as exc:
         fail("bench calibrate", str(exc))
     calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20, args.repeats)
     calibration.save(Path(args.out))
     print(f"calibration: {config.model}/{config.preset} on {calibration.machine['hostname']} -> {args.out}")
     return 0
+
+
+def writable(path: Path) -> None:
+    """ConfigError before any measuring where ``path`` cannot take the calibration (nothing is written)."""
+    if path.is_dir():
+        raise ConfigError(f"--out {path} is a folder; give the calibration file's path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"--out {path} is not writable")
 
 
 def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
