@@ -89,7 +89,9 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "stage_imbalance": fields.get("stage_imbalance"),
         "stages_per_rank": config.get("stages_per_rank", 1),
         "dp": fields.get("dp"),
+        "dp_shard": fields.get("dp_shard", 1 if fields.get("dp") else None),
         "pp": fields.get("pp"),
+        "tp": fields.get("tp", 1 if fields.get("dp") else None),
         "parts": fields.get("parts"),
         "accelerator": record["accelerator"],
     }
