@@ -22,6 +22,7 @@ from strategies.errors import ConfigError
 from strategies.fsdp import shard_blocks
 from strategies.mesh import MeshLayout
 from strategies.options import MeshOptions, ModelFacts, PipelineOptions, RunOptions, SplitOptions
+from strategies.schedules import available_schedules, schedule_info
 from strategies.shards import check_divisible
 from strategies.tensor_parallel import parallelize_blocks, plan_refusal
 
@@ -69,6 +70,18 @@ def check_mesh(run: RunOptions, split: SplitOptions, layout: MeshLayout, facts: 
         check_divisible(run.global_batch, layout.data_parallel * split.microbatches, what)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def check_fsdp_schedule(pipeline: PipelineOptions, layout: MeshLayout) -> None:
+    """Refuses a schedule that splits the backward (zero-bubble) where FSDP shards the stages: torch's stage
+    reduces FSDP's gradients after the last micro-batch, and with the weight gradients computed apart
+    (autograd.grad) they came out wrong here (torch 2.14.1, gloo: parameters 5e-3 to 1.5e-2 off ``single``)."""
+    info = schedule_info(pipeline.schedule, available_schedules())
+    if layout.pp > 1 and layout.fsdp_dims and info.splits_backward:
+        dims = " x ".join(layout.fsdp_dims).replace("_", "-")
+        raise ConfigError(f"schedule {info.name!r} splits each backward into input and weight halves, which FSDP's "
+                          f"gradient reduction (over {dims}) does not follow here; use gpipe, 1f1b, interleaved-1f1b "
+                          "or looped-bfs with --dp-shard (or with --dp beside --tp)")
 
 
 def comparison_parts(

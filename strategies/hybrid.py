@@ -40,7 +40,7 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
-from strategies.composition import check_mesh, comparison_parts, layout_of, parallelize_part
+from strategies.composition import check_fsdp_schedule, check_mesh, comparison_parts, layout_of, parallelize_part
 from strategies.ddp import ReplicaAverager
 from strategies.distributed import backend
 from strategies.fsdp import full_state
@@ -108,6 +108,7 @@ class HybridStrategy(Strategy):
         if layout.pp > 1:
             check_pipeline(self.run, self.split, self.pipeline, facts, layout.pp,
                            self.run.global_batch // layout.data_parallel)
+            check_fsdp_schedule(self.pipeline, layout)
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         layout = self.layout

@@ -148,6 +148,9 @@ BAD = [
      "tensor-parallel degree 3 does not divide hidden width 32 (--tp 3)"),
     (["--devices", "4", "--dp-shard", "2", "--tp", "2", "--model", "cnn"],
      "--tp 2 needs a tensor-parallel plan and this model has none: no sharding rule for BatchNorm2d, Conv2d"),
+    (["--devices", "4", "--dp-shard", "2", "--pp", "2", "--schedule", "interleaved-zb", "--stages-per-rank", "2",
+      "--microbatches", "2"], "schedule 'interleaved-zb' splits each backward into input and weight halves, which "
+     "FSDP's gradient reduction (over dp-shard) does not follow here"),
     (["--devices", "4", "--dp-shard", "4", "--microbatches", "2"],
      "--microbatches 2 splits a pipeline's batch, and --pp 1 has no pipeline"),
     (["--devices", "4", "--dp-shard", "2", "--pp", "2", "--microbatches", "8"],
