@@ -79,12 +79,15 @@ ND_CONFIGS = {
     "dp_shard2-tp2-transformer": dataclasses.replace(ND, dp_shard=2, tp=2),
     "dp_shard2-pp2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, pp=2, microbatches=2),
     "dp_shard2-pp2-transformer": dataclasses.replace(ND, dp_shard=2, pp=2, microbatches=2),
+    "dp_shard2-pp2-v2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, pp=2, microbatches=2,
+                                                schedule="interleaved-1f1b", stages_per_rank=2),
     "dp2-dp_shard2-transformer": dataclasses.replace(ND, dp=2, dp_shard=2),  # HSDP
     "dp2-tp2-transformer": dataclasses.replace(ND, dp=2, tp=2),  # replicas of DTensors: HSDP with shards of 1
 }
 ND_FIELDS = {  # (mesh_dims, mesh, fsdp_dims)
     "dp_shard2-tp2": (["dp_shard", "tp"], [[0, 1], [2, 3]], ["dp_shard"]),
     "dp_shard2-pp2": (["dp_shard", "pp"], [[0, 1], [2, 3]], ["dp_shard"]),
+    "dp_shard2-pp2-v2": (["dp_shard", "pp"], [[0, 1], [2, 3]], ["dp_shard"]),
     "dp2-dp_shard2": (["dp", "dp_shard"], [[0, 1], [2, 3]], ["dp", "dp_shard"]),
     "dp2-tp2": (["dp", "tp"], [[0, 1], [2, 3]], ["dp", "dp_shard"]),
 }
@@ -114,7 +117,8 @@ def test_nd_mesh_trains_like_one_device(case: str, nd_runs: dict[str, tuple[RunC
     per_rank = [stats.losses for stats in results[0].ranks]
     if config.pp:  # each shard's last stage (ranks 1 and 3) reports, each on its own half of the batch
         assert [all(loss is None for loss in r) for r in per_rank] == [True, False, True, False]
-        assert per_rank[1] != per_rank[3] and fields["stages_of_rank"] == [[0], [1], [0], [1]]
+        stages = [[0, 2], [1, 3]] if config.stages_per_rank == 2 else [[0], [1]]
+        assert per_rank[1] != per_rank[3] and fields["stages_of_rank"] == stages * 2
     elif config.tp:  # a shard's tp ranks (0 and 1; 2 and 3) see the same half of the batch
         assert per_rank[0] == per_rank[1] and per_rank[2] == per_rank[3] and per_rank[0] != per_rank[2]
     else:  # HSDP: four shards of the batch
