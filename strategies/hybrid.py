@@ -102,6 +102,10 @@ class HybridStrategy(Strategy):
     def layout(self) -> MeshLayout:
         return layout_of(self.run, self.mesh)
 
+    def memory_refusal(self) -> str | None:
+        """None where there is no pipeline (torch's FSDP-aware tracker follows fully_shard), else the refusal."""
+        return None if self.layout.pp == 1 else self.memory_tracking_refusal
+
     def validate(self, facts: ModelFacts) -> None:
         layout = self.layout
         check_mesh(self.run, self.split, layout, facts)

@@ -114,6 +114,9 @@ def test_nd_mesh_trains_like_one_device(case: str, nd_runs: dict[str, tuple[RunC
     assert (fields["dp"], fields["dp_shard"], fields["pp"], fields["tp"]) == degrees
     assert (fields["mesh_dims"], fields["mesh"], fields["fsdp_dims"]) == ND_FIELDS[case.rsplit("-", 1)[0]]
     assert "grad_reduce_ms" not in fields and fields["parts"] == {}
+    # Memory by kind where there is no pipeline: torch's FSDP-aware tracker (MemTracker cannot follow a pipeline).
+    trackers = {d["tracker"] for stats in results[0].ranks for d in stats.memory_by_kind or []}
+    assert trackers == (set() if config.pp else {"FSDPMemTracker"})
     per_rank = [stats.losses for stats in results[0].ranks]
     if config.pp:  # each shard's last stage (ranks 1 and 3) reports, each on its own half of the batch
         assert [all(loss is None for loss in r) for r in per_rank] == [True, False, True, False]
