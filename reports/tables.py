@@ -197,6 +197,8 @@ def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for h in runs[runs["strategy"] == "hybrid"].itertuples():
         parts = h.parts if isinstance(h.parts, dict) else {}
+        if not parts:  # an N-D mesh beyond dp x pp names no parts (strategies/composition.py)
+            continue
         ddp_eff, pp_eff = (_part_efficiency(runs, h.panel, parts.get(name)) for name in ("ddp", "pp"))
         rows.append({"panel": h.panel, "variant": h.variant, "dp": h.dp, "pp": h.pp, "efficiency": h.efficiency,
                      "ddp_efficiency": ddp_eff, "pp_efficiency": pp_eff,
