@@ -214,7 +214,7 @@ def _check_choices(config: RunConfig) -> None:
 
 
 def _check_numbers(config: RunConfig) -> None:
-    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank", "dp", "pp"):
+    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank", "dp", "dp_shard", "pp", "tp"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

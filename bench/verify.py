@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import models
@@ -23,6 +24,8 @@ from bench.plan import run_key
 from bench.records import RECORD_VERSION, append_record, read_records
 from bench.sweep import run_child
 from strategies import STRATEGIES, ConfigError, strategy_class
+from strategies.mesh import MeshLayout
+from strategies.options import MeshOptions
 
 
 def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
@@ -33,20 +36,45 @@ def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
                      channels_last=False)
 
 
-def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path) -> RunConfig:
-    return dataclasses.replace(
-        reference, strategy=strategy, devices=devices, microbatches=checked_microbatches(strategy),
-        save_checkpoint=str(folder / f"{strategy}-{reference.model}-{devices}.pt"),
-    )
+def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path, **options: int) -> RunConfig:
+    microbatches = options.pop("microbatches", checked_microbatches(strategy))
+    name = "-".join([strategy, reference.model, str(devices), *(f"{k}{v}" for k, v in options.items())])
+    return dataclasses.replace(reference, strategy=strategy, devices=devices, microbatches=microbatches,
+                               save_checkpoint=str(folder / f"{name}.pt"), **options)
 
 
-EQUIVALENCE_CLASS = ("norm", "schedule", "microbatches", "precision")
-"""With strategy and model, what a verdict covers: a sweep row differing in any of these was not checked."""
+@dataclass(frozen=True)
+class MeshCheck:
+    """One more ``hybrid`` mesh verify checks beside its default dp x pp, at its smallest size."""
+
+    devices: int
+    options: dict[str, int]
+    """The degrees (and micro-batches) given on its command line."""
+
+
+MESH_CHECKS = (
+    MeshCheck(4, {"dp_shard": 2, "tp": 2, "microbatches": 1}),
+    MeshCheck(4, {"dp_shard": 2, "pp": 2}),
+)
+"""The N-D meshes beside dp x pp: each dimension hybrid composes, inside another (tests/test_hybrid.py has
+the rest, and dp-shard x tp x pp on 8 ranks)."""
+MESH_MODELS = ("mlp", "transformer")
+"""The families the meshes are checked on: the two with a tensor-parallel plan; each 4-rank run costs
+10-20 s on 2 cores."""
+
+
+EQUIVALENCE_CLASS = ("norm", "schedule", "microbatches", "precision", "dp", "dp_shard", "pp", "tp")
+"""With strategy and model, what a verdict covers: a sweep row differing in any of these was not checked
+(the degrees: hybrid's, resolved; None for other strategies)."""
 
 
 def checked_class(config: RunConfig) -> dict[str, object]:
     """The settings of the run a verdict was reached on, written into its row for the report to match."""
-    return {name: getattr(config, name) for name in EQUIVALENCE_CLASS}
+    degrees = dict.fromkeys(("dp", "dp_shard", "pp", "tp"))
+    if MeshOptions in strategy_class(config.strategy).reads:
+        layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
+        degrees = {"dp": layout.dp, "dp_shard": layout.dp_shard, "pp": layout.pp, "tp": layout.tp}
+    return {**{name: getattr(config, name) for name in EQUIVALENCE_CLASS}, **degrees}
 
 
 def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[float, float, bool]:
@@ -65,9 +93,44 @@ def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[
     return param_diff, loss_diff, close and torch.allclose(got_losses, want_losses, rtol=RTOL, atol=ATOL)
 
 
+def candidates(strategy: str, model: str, devices: int) -> list[tuple[int, dict[str, int], str | None]]:
+    """(devices, options, why skipped or None) of each run verify checks ``strategy`` by on ``model``: one at
+    its smallest size (hybrid: 2 x 2), and hybrid's N-D meshes."""
+    runs: list[tuple[int, dict[str, int], str | None]] = [(max(devices, STRATEGIES[strategy].min_devices), {}, None)]
+    if strategy == "hybrid":
+        reason = None if model in MESH_MODELS else f"skipped: N-D meshes are verified on {', '.join(MESH_MODELS)}"
+        runs += [(check.devices, dict(check.options), reason) for check in MESH_CHECKS]
+    return runs
+
+
+def check(want: RunConfig, strategy: str, devices: int, options: dict[str, int], folder: Path,
+          timeout_s: float, skipped: str | None = None) -> dict[str, object]:
+    """Runs one candidate and compares it with the reference ``want`` (already run): the row's verdict fields.
+    A candidate the configuration refuses, or one ``skipped`` says why not to run, is a skipped row."""
+    degrees = {k: v for k, v in options.items() if k != "microbatches"}
+    row: dict[str, object] = {"devices": devices, **degrees}
+    try:
+        got = resolve(candidate(want, strategy, devices, folder, **options))
+    except ConfigError as exc:
+        return {**row, "passed": None, "reason": f"skipped: {exc}"}
+    if skipped:
+        return {**row, "passed": None, "reason": skipped}
+    ended = run_child(got, timeout_s)
+    if ended.status != "ok":
+        return {**row, "reason": f"{ended.status}: {ended.reason}"}
+    records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
+    param_diff, loss_diff, passed = compare(got, want, records)
+    ran = records[run_key(got.as_dict())]
+    row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed, emulated=ran["emulated"],
+               **checked_class(got))
+    if ran["device_count"] != devices:  # nn.DataParallel without GPUs: a pass-through
+        row["reason"] = f"ran on {ran['device_count']} device(s), not {devices}"
+    return row
+
+
 def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: int, steps: int,
            timeout_s: float) -> list[dict[str, object]]:
-    """One verify row per strategy and model (skipped ones carry the reason)."""
+    """One verify row per strategy and model, and per hybrid mesh (skipped ones carry the reason)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         folder = Path(tmp)
@@ -75,33 +138,24 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
             want = resolve(dataclasses.replace(reference_config(model, folder, steps),
                                                save_checkpoint=str(folder / f"single-{model}.pt")))
             reference_run = run_child(want, timeout_s)
-            status, reason = reference_run.status, reference_run.reason
             for strategy in strategies:
-                row = {"record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
-                       "devices": devices, "max_param_diff": None, "max_loss_diff": None, "passed": False}
-                rows.append(row)
-                if status != "ok":
-                    row["reason"] = f"reference run {status}: {reason}"
-                    continue
-                # A strategy that needs more devices (hybrid: 2 x 2) is checked at its smallest size.
-                row["devices"] = max(devices, STRATEGIES[strategy].min_devices)
-                try:
-                    got = resolve(candidate(want, strategy, row["devices"], folder))
-                except ConfigError as exc:
-                    row.update(passed=None, reason=f"skipped: {exc}")
-                    continue
-                ended = run_child(got, timeout_s)
-                if ended.status != "ok":
-                    row["reason"] = f"{ended.status}: {ended.reason}"
-                    continue
-                records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
-                param_diff, loss_diff, passed = compare(got, want, records)
-                ran = records[run_key(got.as_dict())]
-                row.update(max_param_diff=param_diff, max_loss_diff=loss_diff, passed=passed, emulated=ran["emulated"],
-                           **checked_class(got))
-                if ran["device_count"] != row["devices"]:  # nn.DataParallel without GPUs: a pass-through
-                    row["reason"] = f"ran on {ran['device_count']} device(s), not {row['devices']}"
+                for size, options, skipped in candidates(strategy, model, devices):
+                    row: dict[str, object] = {
+                        "record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
+                        "devices": size, "max_param_diff": None, "max_loss_diff": None, "passed": False}
+                    rows.append(row)
+                    if reference_run.status != "ok":
+                        row["reason"] = f"reference run {reference_run.status}: {reference_run.reason}"
+                    else:
+                        row.update(check(want, strategy, size, options, folder, timeout_s, skipped))
     return rows
+
+
+def row_label(row: dict[str, object]) -> str:
+    """``hybrid (dp-shard 2 x tp 2)``: the strategy, and hybrid's degrees of more than one rank."""
+    degrees = [f"{name.replace('_', '-')} {row[name]}" for name in ("dp", "dp_shard", "pp", "tp")
+               if isinstance(row.get(name), int) and row[name] > 1]
+    return f"{row['strategy']} ({' x '.join(degrees)})" if degrees else str(row["strategy"])
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -127,14 +181,14 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         fail("bench verify", str(exc))
     rows = verify(args.strategies, args.models, args.devices, args.steps, args.run_timeout_s)
-    print(f"{'strategy':<10} {'model':<11} {'devices':>7} {'max param diff':>15} {'max loss diff':>14}  result")
+    print(f"{'strategy':<28} {'model':<11} {'devices':>7} {'max param diff':>15} {'max loss diff':>14}  result")
     for row in rows:
         append_record(args.out, row)
         verdict = {True: "pass", False: "FAIL", None: "skipped"}[row["passed"]]
         diff = "" if row["max_param_diff"] is None else f"{row['max_param_diff']:.2e}"
         loss = "" if row["max_loss_diff"] is None else f"{row['max_loss_diff']:.2e}"
         note = f"  ({row['reason']})" if row.get("reason") else ""
-        print(f"{row['strategy']:<10} {row['model']:<11} {row['devices']:>7} {diff:>15} {loss:>14}  {verdict}{note}")
+        print(f"{row_label(row):<28} {row['model']:<11} {row['devices']:>7} {diff:>15} {loss:>14}  {verdict}{note}")
     failed = [r for r in rows if r["passed"] is False]
     return 1 if failed else 0
 

@@ -38,6 +38,27 @@ class TensorParallelPlan:
         if bad:
             raise ValueError(f"tensor-parallel degree {degree} does not divide {', '.join(bad)}")
 
+    def local_styles(self, first: int, count: int) -> dict[str, str]:
+        """The styles of a piece holding blocks ``first`` to ``first + count - 1`` (a pipeline stage),
+        keyed by the piece's own block indices; a pair cut by the piece's edge is left out (replicated).
+
+        A pair is a run of column-wise layers and the row-wise one after it, in the plan's order: a
+        column-wise layer whose partner sat on another stage would send that stage a slice of the
+        features instead of the whole."""
+        local: dict[str, str] = {}
+        pair: list[str] = []
+        for path, style in self.styles.items():
+            pair.append(path)
+            if style != ROWWISE:
+                continue
+            blocks = [int(p.split(".", 1)[0]) for p in pair]
+            if all(first <= b < first + count for b in blocks):
+                for p in pair:
+                    block, rest = p.split(".", 1)
+                    local[f"{int(block) - first}.{rest}"] = self.styles[p]
+            pair = []
+        return local
+
 
 @dataclass(frozen=True)
 class ModelSpec:

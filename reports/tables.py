@@ -14,8 +14,9 @@ VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
 
 SPLITS_THE_BATCH = {"ddp", "hybrid", "dp"}
 """Strategies whose devices see parts of the batch (with m > 1 micro-batches, mp and pp too)."""
-CLASS = ("norm", "schedule", "microbatches", "precision")
-"""What a ``bench verify`` verdict covers beside strategy and model (bench/verify.py: EQUIVALENCE_CLASS)."""
+CLASS = ("norm", "schedule", "microbatches", "precision", "dp", "dp_shard", "pp", "tp")
+"""What a ``bench verify`` verdict covers beside strategy and model (bench/verify.py: EQUIVALENCE_CLASS); the
+degrees are hybrid's mesh (None elsewhere)."""
 
 
 def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
@@ -40,9 +41,22 @@ NORMALISED = {"cnn"}
 ignores ``--norm``)."""
 
 
+MESH_DEGREES = ("dp", "dp_shard", "pp", "tp")
+"""The class's degrees, hybrid's only (the tp strategy records a ``tp`` of its own, its --devices)."""
+
+
 def _class_key(row: dict) -> tuple:
-    return (row["strategy"], row["model"],
-            *(None if c == "norm" and row["model"] not in NORMALISED else row.get(c) for c in CLASS))
+    def part(c: str) -> object:
+        ignored = ((c == "norm" and row["model"] not in NORMALISED)
+                   or (c in MESH_DEGREES and row["strategy"] != "hybrid"))
+        return None if ignored else _plain(row.get(c))
+
+    return (row["strategy"], row["model"], *(part(c) for c in CLASS))
+
+
+def _plain(value: object) -> object:
+    """A missing value as None (pandas writes NaN in a column where some rows have numbers: the degrees)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _verified(row: dict, verdicts: dict[tuple, str]) -> str:
@@ -120,6 +134,8 @@ def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for h in runs[runs["strategy"] == "hybrid"].itertuples():
         parts = h.parts if isinstance(h.parts, dict) else {}
+        if not parts:  # an N-D mesh beyond dp x pp names no parts (strategies/composition.py)
+            continue
         ddp_eff, pp_eff = (_part_efficiency(runs, h.panel, parts.get(name)) for name in ("ddp", "pp"))
         rows.append({"panel": h.panel, "variant": h.variant, "dp": h.dp, "pp": h.pp, "efficiency": h.efficiency,
                      "ddp_efficiency": ddp_eff, "pp_efficiency": pp_eff,

@@ -19,7 +19,7 @@ fp32), not autocast: the policy is what FSDP2 users run, and it is recorded with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ from strategies.errors import ConfigError
 from strategies.options import FSDPOptions, ModelFacts, RunOptions
 from strategies.shards import check_divisible, shard_range
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
 ZERO_STAGE = {True: "ZeRO-3", False: "ZeRO-2"}
 """What --reshard-after-forward makes FSDP2: parameters freed after the forward, or kept to the backward."""
 
@@ -39,17 +42,26 @@ def apply_fsdp(blocks: nn.Sequential, device: torch.device, *, reshard_after_for
                param_dtype: torch.dtype | None = None) -> nn.Module:
     """Shards each block of ``blocks`` and then the root over all ranks (the process group must exist)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     blocks = blocks.to(device)
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    shard_blocks(blocks, blocks, mesh, reshard_after_forward=reshard_after_forward, param_dtype=param_dtype)
+    return blocks
+
+
+def shard_blocks(blocks: nn.Sequential, root: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool = True,
+                 param_dtype: torch.dtype | None = None) -> None:
+    """fully_shard each block of ``blocks`` over ``mesh``, then ``root`` (``blocks`` itself, or a module
+    around them), in place. A 2-D mesh (replicate, shard) makes it HSDP."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None,
                                   output_dtype=torch.float32 if param_dtype else None)
     for block in blocks:
         if any(p.requires_grad for p in block.parameters()):
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
     # The root's own parameters: none left here, but the root also runs the last reduce-scatters.
-    return fully_shard(blocks, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(root, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
 
 
 def full_state(model: nn.Module) -> dict[str, torch.Tensor]:

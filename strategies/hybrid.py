@@ -1,8 +1,8 @@
-"""``hybrid``: data parallel x pipeline parallel on a 2-D DeviceMesh ("dp", "pp"), one process per device.
+"""``hybrid``: an N-D mesh of dp (replicas) x dp_shard (FSDP) x pp x tp, one process per device.
 
-D replicas of a P-rank pipeline. Each replica runs pp's schedule on its contiguous 1/D of the
-global batch (ddp's batch rule); then each stage averages its gradients with the same stage of
-the other replicas, and every rank takes the same optimizer step:
+The degrees (``--dp``, ``--dp-shard``, ``--pp``, ``--tp``, product ``--devices``) lay the ranks out
+on a DeviceMesh ("dp", "dp_shard", "pp", "tp"), tp innermost (strategies/mesh.py says why), and
+strategies/composition.py composes them in torchtitan's order: split, then TP, then FSDP.
 
     --devices 4 --dp 2 --pp 2       rank = replica * pp + stage rank   (pp innermost)
 
@@ -12,20 +12,20 @@ the other replicas, and every rank takes the same optimizer step:
                    dp {0, 2}         dp {1, 3}      after the schedule: all-reduce (average) the
                                                     stage's gradients over its dp sub-group
 
-Why pp innermost: one pipeline then holds consecutive ranks, which torchrun puts on one node, so
-the pipeline's transfers (two per micro-batch at every stage boundary, each on the critical path)
-use the node's fast links, while the one all-reduce per step crosses nodes. torchtitan orders
-its mesh the other way (pp outermost) because beside FSDP and TP the data-parallel traffic
-dominates; here each rank reduces only its 1/P of the model, once a step.
+Pure dp x pp averages each part's plain gradients over its replicas (``ReplicaAverager``,
+strategies/ddp.py, rather than DDP around each stage: see there why). With FSDP or TP the
+parameters are DTensors and fully_shard's reduce-scatter (and HSDP's all-reduce over dp) does it,
+driven by the pipeline stage after the last micro-batch. With ``--pp 1`` there is no pipeline:
+the whole model gets TP, then FSDP, as the ``tp`` and ``fsdp`` strategies would compose.
 
-Composition, as torchtitan applies it: split first (each rank builds its replica's pipeline
-part), then average each part's gradients over its replicas (``ReplicaAverager``, strategies/ddp.py,
-rather than DDP around each stage: see there why).
+The batch: data-parallel index = replica * dp_shard + shard cuts the global batch into dp x dp_shard
+contiguous shards (ddp's rule); a shard's pp and tp ranks all see it.
 
-Equivalence: a replica's gradient is the gradient of its shard's mean loss (pp's argument, see
-strategies/pipeline.py); the mean over D equal shards is the global batch's mean-loss gradient.
-Each replica's last stage returns its shard's mean loss, and the runner's mean over those is the
-global mean loss. tests/test_hybrid.py checks both against ``single``.
+Equivalence: a data-parallel rank's gradient is the gradient of its shard's mean loss (pp's argument,
+see strategies/pipeline.py; TP's sharded layers compute the same sums); the mean over equal shards
+is the global batch's mean-loss gradient. Each shard's last stage returns the shard's mean loss
+(each of its tp ranks, the same value), and the runner's mean over those is the global mean loss.
+tests/test_hybrid.py checks both against ``single``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
+from strategies.composition import check_fsdp_schedule, check_mesh, comparison_parts, layout_of, parallelize_part
 from strategies.ddp import ReplicaAverager
-from strategies.errors import ConfigError
+from strategies.distributed import backend
+from strategies.fsdp import full_state
 from strategies.mesh import LAYOUT, MeshLayout
 from strategies.options import BucketOptions, MeshOptions, ModelFacts, PipelineOptions, RunOptions, SplitOptions
 from strategies.pipeline import (
@@ -54,43 +56,29 @@ from strategies.pipeline import (
     run_schedule,
     scale_gradients,
 )
-from strategies.shards import check_divisible, shard_range
+from strategies.shards import shard_range
 from strategies.timing import timed_step
 
 
 @dataclass(frozen=True)
 class HybridRankFields:
-    """One hybrid rank's figures: its pipeline rank's, and its share of the reduction."""
+    """One hybrid rank's figures: its pipeline rank's (None without a pipeline), its replica's reduction."""
 
-    pipeline: PipelineRankFields
+    pipeline: PipelineRankFields | None
     replica: int
     grad_reduce_ms: list[float]
-    """The reduction's time in each timed step."""
+    """The reduction's time in each timed step (empty unless pure dp x pp averages replicas)."""
     grad_bytes: int
 
 
-def comparison_parts(
-    run: RunOptions, split: SplitOptions, pipeline: PipelineOptions, layout: MeshLayout
-) -> dict[str, dict[str, object]]:
-    """The runs whose efficiencies the hybrid's is held against (reports/tables.py reads these), each
-    at the hybrid's per-device batch: ddp on D devices, and pp on P devices (one replica's pipeline,
-    fed one replica's batch) with the same schedule and micro-batches."""
-    per_device = run.global_batch // layout.devices
-    return {
-        "ddp": {"strategy": "ddp", "devices": layout.dp, "batch_size": per_device * layout.dp},
-        "pp": {"strategy": "pp", "devices": layout.pp, "batch_size": per_device * layout.pp,
-               "microbatches": split.microbatches, "schedule": pipeline.schedule,
-               "stages_per_rank": pipeline.stages_per_rank},
-    }
-
-
 class HybridStrategy(Strategy):
-    """dp x pp: ``--dp`` replicas of a ``--pp``-rank pipeline on a DeviceMesh, stage gradients averaged."""
+    """An N-D mesh: --dp replicas x --dp-shard FSDP ranks x a --pp-rank pipeline x --tp tensor-parallel ranks."""
 
     name = "hybrid"
     launch = Launch.PER_DEVICE
     min_devices = 4
-    description = "dp x pp on a 2-D DeviceMesh: --dp replicas of a --pp-rank pipeline, stage gradients averaged"
+    description = ("N-D DeviceMesh: --dp replicas x --dp-shard FSDP x --pp pipeline x --tp tensor parallel "
+                   "(default dp x pp, pp 2)")
     reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions, MeshOptions, BucketOptions)
     memory_tracking_refusal = (
         "torch's MemTracker cannot follow torch.distributed.pipelining's backward (autograd.grad on stage inputs)"
@@ -112,35 +100,48 @@ class HybridStrategy(Strategy):
 
     @property
     def layout(self) -> MeshLayout:
-        return MeshLayout.for_devices(self.run.devices, self.mesh.dp, self.mesh.pp)
+        return layout_of(self.run, self.mesh)
+
+    def memory_refusal(self) -> str | None:
+        """None where there is no pipeline (torch's FSDP-aware tracker follows fully_shard), else the refusal."""
+        return None if self.layout.pp == 1 else self.memory_tracking_refusal
 
     def validate(self, facts: ModelFacts) -> None:
-        try:
-            layout = self.layout
-            what = f"({layout.dp} data-parallel replicas x {self.split.microbatches} micro-batches)"
-            check_divisible(self.run.global_batch, layout.dp * self.split.microbatches, what)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        replica_batch = self.run.global_batch // layout.dp
-        check_pipeline(self.run, self.split, self.pipeline, facts, layout.pp, replica_batch)
-
-    def prepare(self, spec: ModelSpec, topo: Topology) -> PipelinePart:
         layout = self.layout
-        mesh = layout.build(topo.devices[0].type, topo.rank)
-        _, stage_rank = layout.coords(topo.rank)
-        # Split first: each replica holds one pp-rank's stages, fed its 1/dp of the batch; then
-        # average each part's gradients over its replicas, outermost.
-        part = build_pipeline(self.run, self.split, self.pipeline, spec, stage_rank, layout.pp, topo.devices[0],
-                              self.run.global_batch // layout.dp, group=mesh.get_group("pp"))
-        part.averager = ReplicaAverager(part, mesh.get_group("dp"), self.buckets.bucket_cap_mb)
+        check_mesh(self.run, self.split, layout, facts)
+        if layout.pp > 1:
+            check_pipeline(self.run, self.split, self.pipeline, facts, layout.pp,
+                           self.run.global_batch // layout.data_parallel)
+            check_fsdp_schedule(self.pipeline, layout)
+
+    def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
+        layout = self.layout
+        device = topo.devices[0]
+        mesh = layout.build(device.type, topo.rank)
+        plan = spec.tp_plan
+
+        def parallelize(root: nn.Module, blocks: nn.Sequential, first_block: int) -> None:
+            parallelize_part(root, blocks, first_block, mesh, layout, plan)
+
+        if layout.pp == 1:
+            blocks = spec.blocks.to(device)
+            parallelize(blocks, blocks, 0)
+            return blocks
+        # Split first; each stage is sharded (TP, FSDP) before it becomes a PipelineStage.
+        part = build_pipeline(self.run, self.split, self.pipeline, spec, layout.coords(topo.rank).stage, layout.pp,
+                              device, self.run.global_batch // layout.data_parallel, group=mesh.get_group("pp"),
+                              parallelize=parallelize)
+        if layout.averages_replicas:
+            part.averager = ReplicaAverager(part, mesh.get_group("dp"), self.buckets.bucket_cap_mb)
         return part
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Every rank of a replica takes the replica's shard: the first stage reads the inputs, the last the targets.
-        replica, _ = self.layout.coords(topo.rank)
-        start, stop = shard_range(len(inputs), replica, self.layout.dp)
+        # Every pp and tp rank of a data-parallel index takes its shard: a pipeline's first stage reads
+        # the inputs, its last the targets.
+        layout = self.layout
+        start, stop = shard_range(len(inputs), layout.data_index(topo.rank), layout.data_parallel)
         return super().shard_batch(inputs[start:stop], targets[start:stop], topo)
 
     def train_step(
@@ -151,51 +152,65 @@ class HybridStrategy(Strategy):
         loss_fn: nn.Module,
         optimizer: torch.optim.Optimizer,
     ) -> torch.Tensor | None:
-        assert isinstance(model, PipelinePart) and model.averager is not None
+        if not isinstance(model, PipelinePart):  # --pp 1: TP and FSDP reduce inside the backward
+            return super().train_step(model, inputs, targets, loss_fn, optimizer)
         timing = model.log.timing
         with timed_step(model.timer, model.log, [model.device]) as clock:
             optimizer.zero_grad(set_to_none=True)
             loss = run_schedule(model, inputs, targets)
             with clock.update():
                 scale_gradients(model, self.split.microbatches)
-            # The bubble figures are pp's own: of the pipeline's time, the reduction left out.
-            clock.excluded_ms = model.averager.reduce([model.device])
+            if model.averager is not None:
+                # The bubble figures are pp's own: of the pipeline's time, the reduction left out.
+                clock.excluded_ms = model.averager.reduce([model.device])
             with clock.update():
                 self.precision.step(optimizer)
-        if timing:
+        if timing and model.averager is not None:
             model.averager.reduce_ms.append(clock.excluded_ms)
         return loss
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        assert isinstance(model, PipelinePart)
-        return model.global_state()
+        return model.global_state() if isinstance(model, PipelinePart) else full_state(model)
 
     def rank_fields(self, model: nn.Module, topo: Topology) -> HybridRankFields:
-        assert isinstance(model, PipelinePart) and model.averager is not None
-        replica, _ = self.layout.coords(topo.rank)
+        replica = self.layout.coords(topo.rank).replica
+        if not isinstance(model, PipelinePart):
+            return HybridRankFields(None, replica, [], 0)
         averager = model.averager
         pipeline = pipeline_rank_fields(model, topo.rank)
+        if averager is None:
+            return HybridRankFields(pipeline, replica, [], 0)
         return HybridRankFields(pipeline, replica, averager.reduce_ms, averager.grad_bytes)
 
     def record_fields(self, model: nn.Module, per_rank: Sequence[HybridRankFields]) -> dict[str, object]:
-        """pp's figures combined over every rank of every replica (step time: the slowest rank's;
-        stage busy times: medians over replicas; bubbles: one per rank), and the reduction's."""
-        assert isinstance(model, PipelinePart) and model.averager is not None
+        """The mesh; with a pipeline, pp's figures combined over every rank (step time: the slowest
+        rank's; stage busy times: medians over replicas; bubbles: one per rank); with pure dp x pp,
+        the reduction's."""
         layout = self.layout
-        replica_batch = self.run.global_batch // layout.dp
-        slowest = [max(step) for step in zip(*(r.grad_reduce_ms for r in per_rank), strict=True)]
-        return {
+        batch = self.run.global_batch // layout.data_parallel
+        fields: dict[str, object] = {
             "dp": layout.dp,
+            "dp_shard": layout.dp_shard,
             "pp": layout.pp,
+            "tp": layout.tp,
             "rank_layout": LAYOUT,
+            "mesh_dims": list(layout.grid_dims),
             "mesh": layout.ranks(),
-            "per_replica_batch_size": replica_batch,
-            "microbatch_size": replica_batch // self.split.microbatches,
-            **pipeline_record_fields(self.split, self.pipeline, model.balance, [r.pipeline for r in per_rank],
-                                     layout.pp),
-            "grad_reduce_ms": statistics.median(slowest),
-            "grad_reduce_ms_per_rank": [statistics.median(r.grad_reduce_ms) for r in per_rank],
-            "grad_reduce_bytes_per_rank": [r.grad_bytes for r in per_rank],
-            "buckets": len(model.averager.buckets),
+            "fsdp_dims": list(layout.fsdp_dims),
+            "per_replica_batch_size": batch,
+            "backend": backend(),
             "parts": comparison_parts(self.run, self.split, self.pipeline, layout),
         }
+        if isinstance(model, PipelinePart):
+            pipelines = [r.pipeline for r in per_rank if r.pipeline is not None]
+            fields |= {"microbatch_size": batch // self.split.microbatches,
+                       **pipeline_record_fields(self.split, self.pipeline, model.balance, pipelines, layout.pp)}
+        if isinstance(model, PipelinePart) and model.averager is not None:
+            slowest = [max(step) for step in zip(*(r.grad_reduce_ms for r in per_rank), strict=True)]
+            fields |= {
+                "grad_reduce_ms": statistics.median(slowest),
+                "grad_reduce_ms_per_rank": [statistics.median(r.grad_reduce_ms) for r in per_rank],
+                "grad_reduce_bytes_per_rank": [r.grad_bytes for r in per_rank],
+                "buckets": len(model.averager.buckets),
+            }
+        return fields

@@ -10,7 +10,7 @@ generated, and refuses a flag of a group the chosen strategy does not read:
                       --backend --warmup
     SplitOptions      --balance --microbatches                           mp, pp, hybrid
     PipelineOptions   --schedule --stages-per-rank                       pp, hybrid
-    MeshOptions       --dp --pp                                          hybrid
+    MeshOptions       --dp --dp-shard --pp --tp                          hybrid
     BucketOptions     --bucket-cap-mb                                    ddp, hybrid
     DDPOptions        --gradient-as-bucket-view --static-graph           ddp, zero1
                       --find-unused-parameters --sync-batchnorm
@@ -79,14 +79,18 @@ class PipelineOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class MeshOptions:
-    """The degrees of a multi-dimensional run (hybrid)."""
+    """The degrees of a multi-dimensional run (hybrid); their product is --devices (strategies/mesh.py)."""
 
     key: ClassVar[str] = "mesh"
 
     dp: int | None = None
-    """hybrid: data-parallel replicas (default: devices // pp)."""
+    """hybrid: data-parallel replicas, each holding whole parameters (default: what the other degrees leave)."""
+    dp_shard: int | None = None
+    """hybrid: FSDP ranks each replica's parameters are sharded over (default: 1)."""
     pp: int | None = None
-    """hybrid: pipeline ranks per replica (default: devices // dp, or 2 when --dp is not given either)."""
+    """hybrid: pipeline ranks (default: what the others leave; 2 when no degree is given)."""
+    tp: int | None = None
+    """hybrid: tensor-parallel ranks each layer of the model's plan is split over (default: 1)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ the last stage (None elsewhere). tests/test_pipeline.py checks both against ``si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -127,21 +127,27 @@ class PipelinePart(nn.Module):
         return len(self.balance) - 1 in self.stage_ids
 
     def global_state(self) -> dict[str, torch.Tensor]:
-        """The state of these blocks keyed as in the whole model (``3.0.weight``)."""
+        """The state of these blocks keyed as in the whole model (``3.0.weight``), sharded (DTensor)
+        values gathered whole: every rank of their shard and tensor-parallel groups must call."""
         return {
-            f"{block}.{key}": value
+            f"{block}.{key}": value.full_tensor() if hasattr(value, "full_tensor") else value
             for stage, ids in zip(self.stages, self.block_ids, strict=True)
             for local, block in enumerate(ids)
             for key, value in stage[local].state_dict().items()
         }
 
 
+Parallelize = Callable[[nn.Module, nn.Sequential, int], None]
+"""Shards one stage in place: (the module the stage runs, the blocks inside it, the index of its first block)."""
+
+
 def build_pipeline(
     run: RunOptions, split: SplitOptions, pipeline: PipelineOptions, spec: ModelSpec, rank: int, ranks: int,
-    device: torch.device, batch: int, group: Any = None,
+    device: torch.device, batch: int, group: Any = None, parallelize: Parallelize | None = None,
 ) -> PipelinePart:
     """``rank``'s stages of a ``ranks``-rank pipeline over ``group`` (None: the whole world), fed ``batch``
-    samples a step, and its schedule. ``rank`` counts within ``group``.
+    samples a step, and its schedule. ``rank`` counts within ``group``. ``parallelize`` (hybrid's TP and
+    FSDP) runs on each stage's module once it is cut and before it becomes a PipelineStage.
 
     Every process of the run must call this: they agree on one balance (see below).
     """
@@ -163,6 +169,8 @@ def build_pipeline(
         # Each stage's forward under autocast, its output back in fp32: the activations that
         # cross between stages, and the loss, stay fp32 (bf16 on the wire would halve the bytes).
         precision.wrap_forward(submodule)
+        if parallelize is not None:
+            parallelize(submodule, module, starts[s])
         stage = timed_stage_class()(submodule, s, total, device, group=group)
         stage.timer = timer
         stages.append(stage)

@@ -48,6 +48,8 @@ class ScheduleInfo:
     """torch's flexible-interleaving rule: m must be a multiple of max(1, m // p)."""
     interleaved_bubble: bool | None = False
     """Bubble formula: fill-drain (False), divided by v (True), or none known (None)."""
+    splits_backward: bool = False
+    """Runs each backward in two halves, input gradients (I) then weight gradients (W): zero-bubble schedules."""
 
 
 SCHEDULES: tuple[ScheduleInfo, ...] = (
@@ -57,10 +59,11 @@ SCHEDULES: tuple[ScheduleInfo, ...] = (
                  interleaved_bubble=True),
     ScheduleInfo("looped-bfs", "ScheduleLoopedBFS", True, min_v=2, max_v=None, interleaved_bubble=True),
     ScheduleInfo("interleaved-zb", "ScheduleInterleavedZeroBubble", True, max_v=None, rounds=True,
-                 interleaved_bubble=None),
-    ScheduleInfo("zbv", "ScheduleZBVZeroBubble", True, min_v=2, max_v=2, v_shape=True, interleaved_bubble=None),
+                 interleaved_bubble=None, splits_backward=True),
+    ScheduleInfo("zbv", "ScheduleZBVZeroBubble", True, min_v=2, max_v=2, v_shape=True, interleaved_bubble=None,
+                 splits_backward=True),
     ScheduleInfo("dualpipev", "ScheduleDualPipeV", True, min_v=2, max_v=2, v_shape=True,
-                 min_microbatches_per_stage=1, interleaved_bubble=None),
+                 min_microbatches_per_stage=1, interleaved_bubble=None, splits_backward=True),
 )
 BY_NAME = {s.name: s for s in SCHEDULES}
 

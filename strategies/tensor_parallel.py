@@ -16,6 +16,7 @@ and its replicated copies alike; N ranks train like one device (tests/test_tenso
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -27,25 +28,34 @@ from strategies.errors import ConfigError
 from strategies.fsdp import full_state
 from strategies.options import ModelFacts, RunOptions
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
-def plan_refusal(plan: TensorParallelPlan | None, layer_types: Sequence[str]) -> str | None:
-    """Why ``tp`` cannot run a model (no plan: the layer types no rule shards), or None."""
+
+def plan_refusal(plan: TensorParallelPlan | None, layer_types: Sequence[str], who: str = "strategy 'tp'") -> str | None:
+    """Why ``who`` cannot run a model tensor-parallel (no plan: the layer types no rule shards), or None."""
     if plan is not None:
         return None
     layers = ", ".join(layer_types) or "its layers"
-    return (f"strategy 'tp' needs a tensor-parallel plan and this model has none: no sharding rule for {layers} "
+    return (f"{who} needs a tensor-parallel plan and this model has none: no sharding rule for {layers} "
             "(the mlp and transformer families have plans)")
 
 
 def apply_tp(blocks: nn.Sequential, plan: TensorParallelPlan, device: torch.device) -> nn.Module:
     """Shards the Linear layers ``plan`` names over all ranks (the process group must exist)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     blocks = blocks.to(device)
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
-    styles = {path: ColwiseParallel() if style == COLWISE else RowwiseParallel() for path, style in plan.styles.items()}
-    return parallelize_module(blocks, mesh, styles)
+    return parallelize_blocks(blocks, plan.styles, mesh)
+
+
+def parallelize_blocks(blocks: nn.Module, styles: dict[str, str], mesh: DeviceMesh) -> nn.Module:
+    """Shards the Linear layers that ``styles`` names (paths inside ``blocks``) over the 1-D ``mesh``, in place."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {path: ColwiseParallel() if style == COLWISE else RowwiseParallel() for path, style in styles.items()}
+    return parallelize_module(blocks, mesh, plan)
 
 
 class TensorParallelStrategy(Strategy):

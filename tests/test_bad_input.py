@@ -45,6 +45,8 @@ BAD_RUNS = [
      "--precision fp16 needs a gradient scaler that unscales sharded gradients"),
     (["--strategy", "ddp", "--devices", "2", "--no-reshard-after-forward"],
      "--reshard-after-forward is for fsdp, not ddp"),
+    (["--strategy", "dp", "--devices", "2", "--dp-shard", "2"], "--dp-shard 2 is for hybrid, not dp"),
+    (["--strategy", "tp", "--devices", "2", "--tp", "2"], "--tp 2 is for hybrid, not tp"),
     (["--strategy", "ddp", "--devices", "2", "--accelerator", "cpu", "--backend", "nccl"],
      "--backend nccl needs CUDA tensors, but this run is on cpu"),
 ]

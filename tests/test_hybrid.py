@@ -1,6 +1,7 @@
-"""``hybrid``: the mesh arithmetic as literal tables; 2 x 2 on 4 gloo ranks trains like ``single``; bad input.
+"""``hybrid``: dp x pp, and the N-D meshes (FSDP, TP, pipeline composed) on 4 and 8 gloo ranks train like
+``single``; bad input.
 
-The models share one spawned group of 4 ranks (``run_ranks_sequence``): forming it costs
+The runs of one world size share one spawned group (``run_ranks_sequence``): forming it costs
 seconds, a tiny run a fraction of one.
 """
 
@@ -70,10 +71,99 @@ def test_hybrid_2x2_trains_like_one_device(case: str, hybrid_runs: dict[str, tup
                                      "schedule": "gpipe", "stages_per_rank": 1}
 
 
+# --- N-D meshes on 4 gloo ranks against single -----------------------------------------------
+
+ND = RunConfig(strategy="hybrid", model="transformer", preset="tiny", devices=4, steps=3, warmup=1)
+ND_CONFIGS = {
+    "dp_shard2-tp2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, tp=2),
+    "dp_shard2-tp2-transformer": dataclasses.replace(ND, dp_shard=2, tp=2),
+    "dp_shard2-pp2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, pp=2, microbatches=2),
+    "dp_shard2-pp2-transformer": dataclasses.replace(ND, dp_shard=2, pp=2, microbatches=2),
+    "dp_shard2-pp2-v2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, pp=2, microbatches=2,
+                                                schedule="interleaved-1f1b", stages_per_rank=2),
+    "dp2-dp_shard2-transformer": dataclasses.replace(ND, dp=2, dp_shard=2),  # HSDP
+    "dp2-tp2-transformer": dataclasses.replace(ND, dp=2, tp=2),  # replicas of DTensors: HSDP with shards of 1
+}
+ND_FIELDS = {  # (mesh_dims, mesh, fsdp_dims)
+    "dp_shard2-tp2": (["dp_shard", "tp"], [[0, 1], [2, 3]], ["dp_shard"]),
+    "dp_shard2-pp2": (["dp_shard", "pp"], [[0, 1], [2, 3]], ["dp_shard"]),
+    "dp_shard2-pp2-v2": (["dp_shard", "pp"], [[0, 1], [2, 3]], ["dp_shard"]),
+    "dp2-dp_shard2": (["dp", "dp_shard"], [[0, 1], [2, 3]], ["dp", "dp_shard"]),
+    "dp2-tp2": (["dp", "tp"], [[0, 1], [2, 3]], ["dp", "dp_shard"]),
+}
+
+
+@pytest.fixture(scope="module")
+def nd_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[RunConfig, list]]:
+    folder = tmp_path_factory.mktemp("nd")
+    configs = {k: resolve(dataclasses.replace(c, out=str(folder / "r.jsonl"))) for k, c in ND_CONFIGS.items()}
+    results = run_ranks_sequence(list(configs.values()), world_size=4, folder=folder, timeout_s=400)
+    return {k: (c, r) for (k, c), r in zip(configs.items(), results, strict=True)}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("case", list(ND_CONFIGS))
+def test_nd_mesh_trains_like_one_device(case: str, nd_runs: dict[str, tuple[RunConfig, list]]) -> None:
+    config, results = nd_runs[case]
+    losses = global_losses(results[0].ranks)
+    assert len(losses) == 4 and losses[0] != losses[-1]
+    # Every rank's state is the whole model's (gathered from the shards), or its stage's whole blocks.
+    assert_matches_reference(losses, merged_state(results), reference(config))
+    fields = results[0].strategy_fields
+    degrees = (config.dp or 1, config.dp_shard or 1, config.pp or 1, config.tp or 1)
+    assert (fields["dp"], fields["dp_shard"], fields["pp"], fields["tp"]) == degrees
+    assert (fields["mesh_dims"], fields["mesh"], fields["fsdp_dims"]) == ND_FIELDS[case.rsplit("-", 1)[0]]
+    assert "grad_reduce_ms" not in fields and fields["parts"] == {}
+    # Memory by kind where there is no pipeline: torch's FSDP-aware tracker (MemTracker cannot follow a pipeline).
+    trackers = {d["tracker"] for stats in results[0].ranks for d in stats.memory_by_kind or []}
+    assert trackers == (set() if config.pp else {"FSDPMemTracker"})
+    per_rank = [stats.losses for stats in results[0].ranks]
+    if config.pp:  # each shard's last stage (ranks 1 and 3) reports, each on its own half of the batch
+        assert [all(loss is None for loss in r) for r in per_rank] == [True, False, True, False]
+        stages = [[0, 2], [1, 3]] if config.stages_per_rank == 2 else [[0], [1]]
+        assert per_rank[1] != per_rank[3] and fields["stages_of_rank"] == stages * 2
+    elif config.tp:  # a shard's tp ranks (0 and 1; 2 and 3) see the same half of the batch
+        assert per_rank[0] == per_rank[1] and per_rank[2] == per_rank[3] and per_rank[0] != per_rank[2]
+    else:  # HSDP: four shards of the batch
+        assert len({tuple(r) for r in per_rank}) == 4
+
+
+@pytest.mark.distributed
+def test_dp_shard_x_tp_x_pp_on_8_ranks_trains_like_one_device(tmp_path: Path) -> None:
+    # The one 8-rank run of the suite (about 25 s on 2 cores): FSDP and TP inside each pipeline stage.
+    config = resolve(dataclasses.replace(ND, devices=8, dp_shard=2, tp=2, pp=2, microbatches=2,
+                                         out=str(tmp_path / "r.jsonl")))
+    (results,) = run_ranks_sequence([config], world_size=8, folder=tmp_path, timeout_s=400)
+    assert_matches_reference(global_losses(results[0].ranks), merged_state(results), reference(config))
+    fields = results[0].strategy_fields
+    assert fields["mesh_dims"] == ["dp_shard", "pp", "tp"] and fields["mesh"] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    # Only the last stage's ranks report: both tp ranks of each of the two shards.
+    reporting = [r for r, stats in enumerate(results[0].ranks) if stats.losses[0] is not None]
+    assert reporting == [2, 3, 6, 7]
+
+
 # --- bad input: one line, exit 2, nothing written ---------------------------------------------
 
 BAD = [
-    (["--devices", "8", "--dp", "2", "--pp", "2"], "dp(2) * pp(2) != devices(8)"),
+    (["--devices", "8", "--dp", "2", "--pp", "2"], "dp(2) * dp_shard(1) * pp(2) * tp(1) = 4 != devices(8); choose "
+     "--dp, --dp-shard, --pp, --tp whose product is --devices"),
+    (["--devices", "4", "--dp", "2", "--pp", "2", "--tp", "2"],
+     "dp(2) * dp_shard(1) * pp(2) * tp(2) = 8 != devices(4)"),
+    (["--devices", "8", "--dp-shard", "2", "--tp", "4", "--model", "transformer"],
+     "tensor-parallel degree 4 does not divide attention heads 2 (--tp 4)"),
+    (["--devices", "6", "--dp-shard", "2", "--tp", "3"],
+     "tensor-parallel degree 3 does not divide hidden width 32 (--tp 3)"),
+    (["--devices", "4", "--dp-shard", "2", "--tp", "2", "--model", "cnn"],
+     "--tp 2 needs a tensor-parallel plan and this model has none: no sharding rule for BatchNorm2d, Conv2d"),
+    (["--devices", "4", "--dp-shard", "2", "--pp", "2", "--schedule", "interleaved-zb", "--stages-per-rank", "2",
+      "--microbatches", "2"], "schedule 'interleaved-zb' splits each backward into input and weight halves, which "
+     "FSDP's gradient reduction (over dp-shard) does not follow here"),
+    (["--devices", "4", "--dp-shard", "4", "--microbatches", "2"],
+     "--microbatches 2 splits a pipeline's batch, and --pp 1 has no pipeline"),
+    (["--devices", "4", "--dp-shard", "2", "--pp", "2", "--microbatches", "8"],
+     "global batch 8 is not divisible by 16 (2 FSDP shards x 8 micro-batches)"),
+    (["--devices", "8", "--dp", "2", "--dp-shard", "2", "--pp", "2", "--microbatches", "4"],
+     "global batch 8 is not divisible by 16 (2 replicas x 2 FSDP shards x 4 micro-batches)"),
     (["--devices", "4", "--dp", "2", "--pp", "2", "--microbatches", "8"],
      "global batch 8 is not divisible by 16 (2 data-parallel replicas x 8 micro-batches)"),
     (["--devices", "4", "--batch-size", "6", "--microbatches", "2"],

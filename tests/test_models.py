@@ -140,6 +140,27 @@ def test_tiny_mlp_plan_pairs_its_hidden_blocks_and_keeps_the_classifier_whole() 
     assert mlp_plan(depth=1, width=8).styles == {}
 
 
+@pytest.mark.parametrize(
+    ("first", "count", "expected"),
+    [
+        (0, 5, {"0.0": "colwise", "1.0": "rowwise", "2.0": "colwise", "3.0": "rowwise"}),
+        (0, 3, {"0.0": "colwise", "1.0": "rowwise"}),  # the pair (2, 3) is cut by the stage's edge: replicated
+        (3, 2, {}),
+        (2, 3, {"0.0": "colwise", "1.0": "rowwise"}),  # keyed by the stage's own block indices
+    ],
+)
+def test_a_stage_keeps_the_plan_pairs_it_holds_whole(first: int, count: int, expected: dict[str, str]) -> None:
+    assert mlp_plan(depth=4, width=32).local_styles(first, count) == expected
+
+
+def test_a_transformer_stage_keeps_its_blocks_attention_and_mlp_pairs() -> None:
+    plan = models.build_model("transformer", "tiny").tp_plan
+    assert plan is not None
+    local = plan.local_styles(2, 2)  # blocks 2 (the last decoder block) and 3 (the head)
+    assert local == {"0.attn.q": "colwise", "0.attn.k": "colwise", "0.attn.v": "colwise", "0.attn.out": "rowwise",
+                     "0.mlp.fc1": "colwise", "0.mlp.fc2": "rowwise"}
+
+
 def test_plan_degree_must_divide_every_sharded_dimension() -> None:
     plan = TensorParallelPlan({}, {"attention heads": 4, "mlp hidden width": 1024})
     plan.check_degree(1)

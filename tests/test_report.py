@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load
 from reports.scaling import with_scaling
@@ -207,3 +208,21 @@ def test_an_output_path_that_is_a_file_is_refused_before_anything_is_read(
     assert blocker.read_text() == "keep me"
     code, err = run_in_process(capsys, "report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r"))
     assert code == 2 and "no such results file" in err
+
+
+def test_a_hybrid_verdict_covers_its_mesh_only(tmp_path: Path) -> None:
+    # verify checked dp x pp (2 x 2) and dp-shard x tp; a hybrid run on dp-shard x pp was not checked.
+    mesh = {"dp": 2, "dp_shard": 1, "pp": 2, "tp": 1}
+    rows = [*repeated("single", 1, 100.0), *repeated("hybrid", 4, 300.0, microbatches=4, **mesh),
+            *repeated("hybrid", 4, 280.0, microbatches=4, dp=1, dp_shard=2, pp=2, tp=1)]
+    rows[-3:] = [{**r, "config": {**r["config"], "dp_shard": 2}} for r in rows[-3:]]  # tells the variants apart
+    verify = [{"record_version": RECORD_VERSION, "kind": "verify", "strategy": "hybrid", "model": "mlp", "devices": 4,
+               "max_param_diff": 0.0, "max_loss_diff": 0.0, "passed": True, "norm": "group", "schedule": "gpipe",
+               "microbatches": 4, "precision": "fp32", **degrees}
+              for degrees in (mesh, {"dp": 1, "dp_shard": 2, "pp": 1, "tp": 2})]
+    path = tmp_path / "v.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, *verify]))
+    results = load([path])
+    runs = with_verification(with_scaling(results.runs)[0], results.verify).set_index("variant")
+    assert runs.loc["hybrid (gpipe, m=4)", "verified"] == "pass"
+    assert runs.loc["hybrid (dp-shard=2, gpipe, m=4)", "verified"] == "not verified"
