@@ -28,6 +28,7 @@ from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
 from strategies import ConfigError, strategy_class
+from strategies.mesh import MeshLayout
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +152,15 @@ def scenario_for(config: RunConfig) -> Scenario:
         rowwise = [int(path.split(".")[0]) for path, style in styles.items() if style == "rowwise"]
         blocks = sorted({int(path.split(".")[0]) for path in styles})
         pairs = [rowwise.count(b) for b in blocks]
+    dp, pp = config.dp, config.pp
+    if config.strategy == "hybrid":
+        layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
+        if layout.dp_shard > 1 or layout.tp > 1:
+            raise ValueError("no cost model for hybrid with --dp-shard or --tp yet (dp x pp only)")
+        dp, pp = layout.dp, layout.pp
     return Scenario(config.strategy, config.devices, config.batch_size, config.microbatches, config.schedule,
                     config.stages_per_rank, config.balance, config.bucket_cap_mb, config.reshard_after_forward,
-                    config.dp, config.pp, tuple(blocks), tuple(pairs))
+                    dp, pp, tuple(blocks), tuple(pairs))
 
 
 def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:
