@@ -25,7 +25,7 @@ RECORD_FIELDS = {
 }
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",
-    "hostname", "python", "git_commit", "git_dirty", "topology",
+    "hostname", "python", "git_commit", "git_dirty", "topology", "device_memory_bytes",
 }
 
 
