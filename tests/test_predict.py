@@ -25,13 +25,13 @@ FREE = {name: Curve([(1, 0.0), (2**30, 0.0)]) for name in
 
 
 def _calibration(blocks: int, forward: float = 1.0, backward: float = 2.0, parameters: int = 1000,
-                 curves: dict[str, Curve] | None = None, update: float = 0.0) -> Calibration:
+                 curves: dict[str, Curve] | None = None, update: float = 0.0, overlap: float = 1.0) -> Calibration:
     """Equal blocks whose forward takes ``forward`` ms and backward ``backward`` ms whatever the batch."""
     cost = BlockCost(Line(forward, 0.0), Line(backward, 0.0), parameters, 100.0, 10.0)
     costs = ComputeCosts([cost] * blocks, update / (blocks * parameters))
     threads = {t: costs for t in {threads_for(1), threads_for(2), threads_for(4)}}
     return Calibration("mlp", "tiny", "group", "fp32", "cpu", "gloo", MACHINE, threads, curves or FREE, 2,
-                       {2: 1.0, 4: 1.0})
+                       {2: 1.0, 4: 1.0}, overlap=overlap)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -94,12 +94,18 @@ def test_one_bucket_that_fills_at_the_end_of_the_backward_is_wholly_exposed() ->
     assert step.exposed_comm_ms == pytest.approx(7.0)
 
 
-def test_buckets_that_fill_early_hide_their_all_reduce_behind_the_backward() -> None:
+def test_buckets_that_fill_early_hide_their_all_reduce_behind_the_backward_as_far_as_the_machine_overlaps() -> None:
     all_reduce = Curve([(1, 1.0), (2**30, 1.0)])
-    calibration = _calibration(4, parameters=2**20, curves={**FREE, "all_reduce": all_reduce})  # 4 MiB a block
-    step = predict_step(calibration, Scenario("ddp", 2, 64, bucket_cap_mb=4), 1)
+    curves = {**FREE, "all_reduce": all_reduce}
+    scenario = Scenario("ddp", 2, 64, bucket_cap_mb=4)
+    step = predict_step(_calibration(4, parameters=2**20, curves=curves), scenario, 1)  # 4 MiB a block
     # A bucket per block; each 1 ms all-reduce runs under the next block's 2 ms backward but the last.
     assert step.exposed_comm_ms == pytest.approx(1.0)
+    # Where nothing overlaps (the collective's threads need the compute's cores), all 4 ms are waited for.
+    none = predict_step(_calibration(4, parameters=2**20, curves=curves, overlap=0.0), scenario, 1)
+    assert none.exposed_comm_ms == pytest.approx(4.0)
+    half = predict_step(_calibration(4, parameters=2**20, curves=curves, overlap=0.5), scenario, 1)
+    assert half.exposed_comm_ms == pytest.approx(2.5)
 
 
 def test_the_memory_predicted_for_single_is_what_the_tracker_measures(tmp_path: Path) -> None:
@@ -123,7 +129,10 @@ def test_a_curve_is_linear_between_its_points_and_never_negative() -> None:
     curve = Curve([(1024, 1.0), (4096, 4.0)])
     assert curve.at(2048) == pytest.approx(2.0) and curve.at(8192) == pytest.approx(8.0)
     assert curve.at(0) == 0.0 and curve.at(10) >= 0.0
-    assert Line.fit([(1, 3.0), (3, 7.0)]) == Line(1.0, 2.0)
+    fitted = Line.fit([(1, 3.0), (3, 7.0), (4, 7.5)])
+    assert fitted.at(3) == pytest.approx(7.0) and fitted.at(2) == pytest.approx(5.0)  # through every point
+    assert fitted.at(8) == pytest.approx(9.5)  # beyond: the last segment's slope
+    assert Line(1.0, 2.0).at(3) == 7.0  # no points: the straight line
 
 
 def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(tmp_path: Path) -> None:

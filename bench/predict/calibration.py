@@ -19,17 +19,27 @@ CALIBRATION_VERSION = 1
 
 @dataclass(frozen=True)
 class Line:
-    """``milliseconds = fixed + per_sample x samples``, least squares over the batch sizes measured."""
+    """Milliseconds by samples: straight through the measured ``points`` between them (beyond them, the
+    nearest segment's slope), or ``fixed + per_sample x samples`` where none were measured (a roofline).
+
+    Between measured batch sizes a least-squares line would miss them all a little: small batches run
+    below a CPU's best rate, so it is piecewise, and the fit is kept for the record."""
 
     fixed: float
     per_sample: float
+    points: tuple[tuple[float, float], ...] = ()
 
     def at(self, samples: float) -> float:
-        return max(0.0, self.fixed + self.per_sample * samples)
+        if len(self.points) < 2:
+            return max(0.0, self.fixed + self.per_sample * samples)
+        sizes = [n for n, _ in self.points]
+        i = min(max(bisect.bisect_left(sizes, samples), 1), len(sizes) - 1)
+        (n0, t0), (n1, t1) = self.points[i - 1], self.points[i]
+        return max(0.0, t0 + (t1 - t0) / (n1 - n0) * (samples - n0))
 
     @classmethod
     def fit(cls, points: list[tuple[float, float]]) -> Line:
-        """The least-squares line through (samples, ms); a flat line through one point."""
+        """Through the measured (samples, ms), the least-squares line kept beside them; flat through one point."""
         if len(points) == 1:
             return cls(0.0, points[0][1] / points[0][0])
         n = len(points)
@@ -37,7 +47,12 @@ class Line:
         my = sum(y for _, y in points) / n
         sxx = sum((x - mx) ** 2 for x, _ in points)
         slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
-        return cls(my - slope * mx, slope)
+        return cls(my - slope * mx, slope, tuple(sorted((float(x), float(y)) for x, y in points)))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Line:
+        return cls(float(data["fixed"]), float(data["per_sample"]),
+                   tuple((float(n), float(ms)) for n, ms in data.get("points", ())))
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,8 @@ class ComputeCosts:
     step_overhead_ms: Line = Line(0.0, 0.0)
     """What a whole training step costs beyond its blocks and its update (zeroing gradients, the
     autograd engine's start, Python), by samples: a plain loop's step less the parts timed alone."""
+    copy_ms_per_byte: float = 0.0
+    """A tensor copy's time per byte (memory bandwidth): DDP's buckets and FSDP's copy-in/out cost it."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,9 @@ class Calibration:
     """Per count of processes computing at once on this machine, how much slower each one's compute runs
     than alone (shared cores and memory bandwidth; 1.0 on separate GPUs)."""
     runtime: RuntimeOverheads = RuntimeOverheads()
+    overlap: float = 1.0
+    """The share of a collective that hides behind compute running at the same time (1: all of it, as on
+    GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""
     env: dict[str, object] = field(default_factory=dict)
 
     def blocks(self, threads: int) -> list[BlockCost]:
@@ -121,6 +141,9 @@ class Calibration:
 
     def overhead_ms(self, threads: int, samples: float) -> float:
         return self.threads[self._nearest(threads)].step_overhead_ms.at(samples)
+
+    def copy_ms(self, threads: int, size: float) -> float:
+        return self.threads[self._nearest(threads)].copy_ms_per_byte * size
 
     def optimizer_ms(self, threads: int, parameters: float) -> float:
         return self.threads[self._nearest(threads)].optimizer_ms_per_parameter * parameters
@@ -171,14 +194,14 @@ class Calibration:
                               f"{CALIBRATION_VERSION}: calibrate again")
         try:
             threads = {int(t): ComputeCosts([_block(b) for b in v["blocks"]], float(v["optimizer_ms_per_parameter"]),
-                                            Line(**v["step_overhead_ms"]))
+                                            Line.from_json(v["step_overhead_ms"]), float(v["copy_ms_per_byte"]))
                        for t, v in data["threads"].items()}
             curves = {name: Curve([(int(s), float(ms)) for s, ms in c["points"]])
                       for name, c in data["collectives"].items()}
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
                        data["backend"], data["machine"], threads, curves, int(data["collective_ranks"]),
                        {int(k): float(v) for k, v in data["slowdown"].items()}, RuntimeOverheads(**data["runtime"]),
-                       data.get("env", {}))
+                       float(data["overlap"]), data.get("env", {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 
@@ -194,5 +217,5 @@ class Calibration:
 
 
 def _block(data: dict[str, Any]) -> BlockCost:
-    return BlockCost(Line(**data["forward_ms"]), Line(**data["backward_ms"]), int(data["parameters"]),
+    return BlockCost(Line.from_json(data["forward_ms"]), Line.from_json(data["backward_ms"]), int(data["parameters"]),
                      float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]))

@@ -118,12 +118,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     torch.set_num_threads(before)
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
     can_communicate = not cuda or torch.cuda.device_count() >= 2
-    curves, runtime = {}, RuntimeOverheads()
+    curves, runtime, overlap = {}, RuntimeOverheads(), 1.0
     if can_communicate:
         with tempfile.TemporaryDirectory() as folder:
             references = reference_configs(str(Path(folder) / "reference.jsonl"), config.accelerator)
             curves, reference_ms = measure_collectives(2, config.accelerator, default_sizes(largest),
                                                        references=references)
+        overlap = reference_ms.pop("overlap")
         runtime = reference_overheads(reference_ms, curves)
     steps.update()
     slow = {}
@@ -134,7 +135,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     steps.close()
     env = environment()
     return Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
-                       machine_identity(env), costs, curves, 2, slow, runtime, env)
+                       machine_identity(env), costs, curves, 2, slow, runtime, overlap, env)
 
 
 def scenario_for(config: RunConfig) -> Scenario:

@@ -103,8 +103,44 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 points.append((size, statistics.median(slowest.tolist()) * 1e3))
             results[name] = points
+        steps["overlap"] = _overlap(device, sync)
     if rank == 0:
         torch.save((results, steps), os.path.join(folder, "collectives.pt"))
+
+
+OVERLAP_BYTES = 16 * KIB * KIB
+
+
+def _overlap(device: torch.device, sync: Callable[[], None]) -> float:
+    """How much of an all-reduce hides behind compute started with it: (alone + alone - together) over the
+    shorter of the two, 0 (none) to 1 (all). Every rank does the same at once, as a data-parallel step does."""
+    tensor = torch.ones(OVERLAP_BYTES // 4, device=device)
+    a = torch.randn(256, 256, device=device)
+
+    def compute() -> None:
+        for _ in range(40):
+            a @ a
+        sync()
+
+    def timed(body: Callable[[], None]) -> float:
+        samples = []
+        for _ in range(4):
+            dist.barrier()
+            start = time.perf_counter()
+            body()
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples[1:])
+
+    def both() -> None:
+        work = dist.all_reduce(tensor, async_op=True)
+        compute()
+        work.wait()
+        sync()
+
+    communicate = timed(lambda: (dist.all_reduce(tensor), sync()))
+    alone = timed(compute)
+    together = timed(both)
+    return max(0.0, min(1.0, (communicate + alone - together) / min(communicate, alone)))
 
 
 def measure_collectives(

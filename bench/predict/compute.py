@@ -105,7 +105,24 @@ def compute_costs(
     update = per_parameter * sum(counts)
     overhead = [(n, whole_step_ms(spec, n, build_optimizer, device, repeats) - update
                  - sum(f + b for f, b in per_batch[n])) for n in batches]
-    return ComputeCosts(blocks, per_parameter, Line.fit(overhead))
+    return ComputeCosts(blocks, per_parameter, Line.fit(overhead), copy_ms_per_byte(device, repeats))
+
+
+COPY_BYTES = 32 * 2**20
+
+
+def copy_ms_per_byte(device: torch.device, repeats: int) -> float:
+    """The median time of copying 32 MiB between two tensors, per byte."""
+    now = _synchronized(device)
+    source = torch.ones(COPY_BYTES // 4, device=device)
+    target = torch.empty_like(source)
+    times = []
+    for r in range(repeats + 1):
+        start = now()
+        target.copy_(source)
+        if r > 0:
+            times.append((now() - start) * 1e3)
+    return statistics.median(times) / COPY_BYTES
 
 
 def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.device, repeats: int) -> float:

@@ -88,11 +88,14 @@ class CostSource(Protocol):
 
     def blocks(self, threads: int) -> list[BlockCost]: ...
     def optimizer_ms(self, threads: int, parameters: float) -> float: ...
+    def copy_ms(self, threads: int, size: float) -> float: ...
     def overhead_ms(self, threads: int, samples: float) -> float: ...
     def slowdown_for(self, processes: int) -> float: ...
     def collective_ms(self, operation: str, size: float, ranks: int) -> float: ...
     @property
     def runtime(self) -> RuntimeOverheads: ...
+    @property
+    def overlap(self) -> float: ...
 
 
 def predict_step(calibration: CostSource, scenario: Scenario, optimizer_states: int) -> StepPrediction:
@@ -130,15 +133,18 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
     samples = scenario.global_batch / n
     forward = (sum(b.forward_ms.at(samples) for b in blocks) + calibration.overhead_ms(threads, samples)) * slow
     # The backward runs from the last block; a bucket's all-reduce starts once its blocks are done.
-    clock, comm_free, bucket, cap = forward, forward, 0.0, FIRST_BUCKET_BYTES
+    clock, comm_free, bucket, cap, communication = forward, forward, 0.0, FIRST_BUCKET_BYTES, 0.0
     for i in reversed(range(len(blocks))):
         clock += blocks[i].backward_ms.at(samples) * slow
         bucket += blocks[i].parameters * 4
         if bucket >= cap or i == 0:
-            comm_free = max(comm_free, clock) + calibration.collective_ms("all_reduce", bucket, n)
+            reduce = calibration.collective_ms("all_reduce", bucket, n)
+            comm_free, communication = max(comm_free, clock) + reduce, communication + reduce
             bucket, cap = 0.0, scenario.bucket_cap_mb * 2**20
-    exposed = max(0.0, comm_free - clock) + calibration.runtime.ddp_per_step
+    exposed = _partly_hidden(max(0.0, comm_free - clock), communication, calibration.overlap)
     parameters = sum(b.parameters for b in blocks)
+    # The reducer copies the gradients into its buckets, divides them and copies them back: 3 passes.
+    exposed += calibration.runtime.ddp_per_step + 3 * calibration.copy_ms(threads, 4 * parameters) * slow
     if scenario.strategy == "zero1":
         update = calibration.optimizer_ms(threads, parameters / n) * slow
         exposed += n * calibration.collective_ms("broadcast", parameters * 4 / n, n)  # each rank sends its shard
@@ -170,10 +176,23 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
         compute = started + backward[i]
         comm = max(comm, compute) + reduce[i]
     overhead = calibration.overhead_ms(threads, samples) * slow + calibration.runtime.fsdp_per_block * len(blocks)
-    end = max(comm, compute) + overhead
+    # FSDP2 copies each shard into the all-gather's buffer and the gathered block out of it, and each
+    # block's gradients into the reduce-scatter's: about 2 passes over a block's bytes per collective.
+    gathered = 2 if scenario.reshard_after_forward else 1
+    overhead += sum(calibration.copy_ms(threads, 2 * 4 * b.parameters) for b in blocks) * (gathered + 1) * slow
     busy = sum(forward) + sum(backward) + overhead
+    regathers = sum(gather[:-1]) if scenario.reshard_after_forward else 0.0
+    exposed = _partly_hidden(max(comm, compute) - (busy - overhead), sum(gather) + regathers + sum(reduce),
+                             calibration.overlap)
+    end = busy + exposed
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
     return StepPrediction(end + update, busy, end - busy, update)
+
+
+def _partly_hidden(exposed: float, communication: float, overlap: float) -> float:
+    """The communication a step waits for when only ``overlap`` of what could hide behind compute does:
+    ``exposed`` where all of it hides, all of ``communication`` where none does."""
+    return exposed + (1 - overlap) * max(0.0, communication - exposed)
 
 
 def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPrediction:

@@ -127,6 +127,8 @@ class RooflineSource:
 
     runtime = RuntimeOverheads()
     """The runtimes' own costs are not on a data sheet: none are assumed."""
+    overlap = 1.0
+    """NCCL runs on its own streams: a collective hides wholly behind compute that does not wait for it."""
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self._blocks
@@ -137,6 +139,9 @@ class RooflineSource:
 
     def overhead_ms(self, threads: int, samples: float) -> float:
         return 0.0
+
+    def copy_ms(self, threads: int, size: float) -> float:
+        return 2 * size / self.hardware.hbm_bytes_per_s * 1e3  # read and write
 
     def slowdown_for(self, processes: int) -> float:
         return 1.0
