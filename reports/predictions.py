@@ -54,7 +54,7 @@ def _winners(verdict: str) -> list[str]:
     if verdict.startswith("tie"):
         return [w.strip() for w in verdict.split(":", 1)[1].split(",")]
     if verdict.startswith("not ranked"):
-        return [verdict.rsplit("fastest median: ", 1)[-1].rstrip(")")]
+        return [verdict.rsplit("fastest median: ", 1)[-1].removesuffix(")")]  # the verdict's own bracket only
     return [verdict.split(" (the only one")[0]]
 
 

@@ -237,3 +237,12 @@ def test_runtime_overheads_are_the_reference_runs_beyond_single_and_the_counted_
 def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(tmp_path: Path) -> None:
     proc = run_bench("calibrate", "--model", "mlp", "--preset", "tiny", "--out", str(tmp_path))
     assert proc.returncode == 2 and "is a folder" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_measured_verdict_names_its_winners_whatever_brackets_their_labels_carry() -> None:
+    from reports.predictions import _winners
+
+    assert _winners("not ranked: fewer than 2 repeats (fastest median: mp (m=4))") == ["mp (m=4)"]
+    assert _winners("tie (within noise): mp (m=1), ddp") == ["mp (m=1)", "ddp"]
+    assert _winners("single (the only one measured)") == ["single"]
+    assert _winners("pp (gpipe, m=4)") == ["pp (gpipe, m=4)"]
