@@ -46,3 +46,14 @@ def saved_bytes_per_sample(spec: ModelSpec) -> list[float]:
 def parameter_counts(blocks: nn.Sequential) -> list[int]:
     """Per block, its parameters' element count."""
     return [sum(p.numel() for p in block.parameters()) for block in blocks]
+
+
+def output_bytes_per_sample(spec: ModelSpec) -> list[float]:
+    """Per block, the bytes of its output per sample: what crosses to the next block (a pipeline's transfer)."""
+    blocks = copy.deepcopy(spec.blocks).to("meta")
+    inputs, _ = spec.make_batch(COUNT_BATCH, torch.Generator().manual_seed(0))
+    x, sizes = inputs.to("meta"), []
+    for block in blocks:
+        x = block(x)
+        sizes.append(x.numel() * x.element_size() / COUNT_BATCH)
+    return sizes

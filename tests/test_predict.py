@@ -9,8 +9,9 @@ import pytest
 
 import models
 from bench.config import RunConfig, resolve
+from bench.launch import threads_per_process
 from bench.predict.calibration import BlockCost, Calibration, ComputeCosts, Curve, Line
-from bench.predict.costs import Scenario, predict_step, stage_blocks, threads_for
+from bench.predict.costs import Scenario, predict_step, stage_blocks
 from bench.predict.memory import predict_memory
 from bench.records import read_records
 from bench.runner import train
@@ -29,7 +30,7 @@ def _calibration(blocks: int, forward: float = 1.0, backward: float = 2.0, param
     """Equal blocks whose forward takes ``forward`` ms and backward ``backward`` ms whatever the batch."""
     cost = BlockCost(Line(forward, 0.0), Line(backward, 0.0), parameters, 100.0, 10.0)
     costs = ComputeCosts([cost] * blocks, update / (blocks * parameters))
-    threads = {t: costs for t in {threads_for(1), threads_for(2), threads_for(4)}}
+    threads = {t: costs for t in {threads_per_process(1), threads_per_process(2), threads_per_process(4)}}
     return Calibration("mlp", "tiny", "group", "fp32", "cpu", "gloo", MACHINE, threads, curves or FREE, 2,
                        {2: 1.0, 4: 1.0}, overlap=overlap)
 

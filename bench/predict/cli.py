@@ -17,10 +17,11 @@ import models
 from bench.cli_args import comma_list, fail
 from bench.config import RunConfig, resolve
 from bench.environment import environment
+from bench.launch import threads_per_process
 from bench.predict.calibration import Calibration, RuntimeOverheads
 from bench.predict.collectives import default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
-from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks, threads_for
+from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
 from bench.predict.hardware import RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
 from bench.predict.runtime import reference_configs, reference_overheads
@@ -105,7 +106,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
                      | {config.batch_size})
     cuda = config.accelerator == "cuda"
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
-    threads = [threads_for(1)] if cuda else sorted({threads_for(d) for d in devices} | {threads_for(1)})
+    threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
     costs = {}
     parallel = sorted(d for d in set(devices) if d > 1)
@@ -130,7 +131,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     slow = {}
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d,
-                                                                     threads_for(d), seconds=2.0)
+                                                                     threads_per_process(d), seconds=2.0)
         steps.update()
     steps.close()
     env = environment()
@@ -174,7 +175,7 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
         ranks = scenario.devices // replicas
         stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
                               scenario.global_batch / replicas / scenario.microbatches)
-    memory = predict_memory(calibration.blocks(threads_for(scenario.devices)), scenario,
+    memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
                             optimizer_states(config.optimizer), stages)
     return {
         "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",

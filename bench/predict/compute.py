@@ -18,8 +18,9 @@ import torch.multiprocessing as mp
 
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from bench.processes import die_with_parent
-from models.sizes import parameter_counts, saved_bytes_per_sample
+from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample
 from models.spec import ModelSpec
+from strategies.devices import synchronize
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -27,9 +28,10 @@ if TYPE_CHECKING:
 
 
 def _synchronized(device: torch.device) -> Callable[[], float]:
+    """A clock that first waits for the device's queued work (strategies/devices.py)."""
+
     def now() -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize([device])
         return time.perf_counter()
 
     return now
@@ -95,7 +97,7 @@ def compute_costs(
         meta = make_spec()
     saved = saved_bytes_per_sample(meta)
     counts = parameter_counts(spec.blocks)
-    outputs = _output_bytes_per_sample(spec, device)
+    outputs = output_bytes_per_sample(meta)
     blocks = [
         BlockCost(Line.fit([(n, per_batch[n][i][0]) for n in batches]),
                   Line.fit([(n, per_batch[n][i][1]) for n in batches]), counts[i], outputs[i], saved[i])
@@ -141,16 +143,6 @@ def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.de
         if r > 0:
             steps.append((now() - start) * 1e3)
     return statistics.median(steps)
-
-
-def _output_bytes_per_sample(spec: ModelSpec, device: torch.device) -> list[float]:
-    inputs, _ = spec.make_batch(2, torch.Generator().manual_seed(0))
-    x, sizes = inputs.to(device), []
-    with torch.no_grad():
-        for block in spec.blocks:
-            x = block(x)
-            sizes.append(x.numel() * x.element_size() / 2)
-    return sizes
 
 
 def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, threads: int, seconds: float,

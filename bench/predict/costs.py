@@ -22,10 +22,10 @@ calibrated ``slowdown`` at that many processes, with its share of the cores' thr
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bench.launch import threads_per_process
 from bench.predict.calibration import BlockCost, RuntimeOverheads
 from strategies.action_tables import Action, SimulatedSpan, action_table, simulate, simulated_bubble
 from strategies.partition import balance_by_cost, even_balance, explicit_balance
@@ -70,15 +70,6 @@ class StepPrediction:
     notes: list[str] = field(default_factory=list)
 
 
-def cores() -> int:
-    return os.cpu_count() or 1
-
-
-def threads_for(processes: int) -> int:
-    """A process's threads when ``processes`` share this machine (bench/launch.py's rule)."""
-    return max(1, cores() // processes)
-
-
 def _pass(blocks: list[BlockCost], ids: range | list[int], samples: float) -> tuple[float, float]:
     return (sum(blocks[i].forward_ms.at(samples) for i in ids), sum(blocks[i].backward_ms.at(samples) for i in ids))
 
@@ -117,7 +108,7 @@ def predict_step(calibration: CostSource, scenario: Scenario, optimizer_states: 
 
 
 def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) -> StepPrediction:
-    threads = cores()
+    threads = threads_per_process(1)  # in-process strategies keep every core
     blocks = calibration.blocks(threads)
     forward, backward = _pass(blocks, range(len(blocks)), scenario.global_batch / microbatches)
     compute = (forward + backward) * microbatches + calibration.overhead_ms(threads, scenario.global_batch)
@@ -128,7 +119,7 @@ def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) 
 
 def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     n = scenario.devices
-    threads = threads_for(n)
+    threads = threads_per_process(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
     samples = scenario.global_batch / n
     forward = (sum(b.forward_ms.at(samples) for b in blocks) + calibration.overhead_ms(threads, samples)) * slow
@@ -155,7 +146,7 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
 
 def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     n = scenario.devices
-    threads = threads_for(n)
+    threads = threads_per_process(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
     samples = scenario.global_batch / n
     gather = [calibration.collective_ms("all_gather", b.parameters * 4 / n, n) for b in blocks]
@@ -197,7 +188,7 @@ def _partly_hidden(exposed: float, communication: float, overlap: float) -> floa
 
 def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     n = scenario.devices
-    threads = threads_for(n)
+    threads = threads_per_process(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
     samples = scenario.global_batch  # every rank sees the whole batch
     compute = comm = 0.0
@@ -217,7 +208,7 @@ def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPredict
 
 def stage_blocks(calibration: CostSource, scenario: Scenario, stages: int, samples: float) -> list[list[int]]:
     """Which blocks each stage holds under ``--balance`` (strategies/partition.py's rules)."""
-    blocks = calibration.blocks(threads_for(scenario.devices))
+    blocks = calibration.blocks(threads_per_process(scenario.devices))
     balance = explicit_balance(scenario.balance, len(blocks), stages)
     if balance is None:
         if scenario.balance == "params":
@@ -234,7 +225,7 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     replicas = scenario.dp or 1 if scenario.strategy == "hybrid" else 1
     ranks = scenario.devices // replicas
     m, v = scenario.microbatches, scenario.stages_per_rank
-    threads = threads_for(scenario.devices)
+    threads = threads_per_process(scenario.devices)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(scenario.devices)
     samples = scenario.global_batch / replicas / m
     parts = stage_blocks(calibration, scenario, ranks * v, samples)

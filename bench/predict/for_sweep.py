@@ -93,10 +93,10 @@ def _largest_message(config: RunConfig) -> int:
     import torch
 
     import models
+    from models.sizes import parameter_counts
 
     with torch.device("meta"):
-        parameters = sum(p.numel() for p in models.build_model(config.model, config.preset, config.norm)
-                         .blocks.parameters())
+        parameters = sum(parameter_counts(models.build_model(config.model, config.preset, config.norm).blocks))
     size = 4 * 2**10
     while size < 4 * parameters and size < LARGEST_MESSAGE:
         size *= 4

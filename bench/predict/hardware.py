@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import models
 from bench.predict.calibration import BlockCost, Line, RuntimeOverheads
-from models.sizes import COUNT_BATCH, parameter_counts, saved_bytes_per_sample
+from models.sizes import COUNT_BATCH, output_bytes_per_sample, parameter_counts, saved_bytes_per_sample
 from strategies import ConfigError
 
 GB = 1e9
@@ -114,16 +114,14 @@ class RooflineSource:
         peak = hardware.peak_flops[precision]
         compute_bytes = 2 if precision == "bf16" else 4
         self._blocks = []
-        for flops, params, saved in zip(_block_flops(family, preset, norm), parameter_counts(spec.blocks),
-                                        saved_bytes_per_sample(spec), strict=True):
+        for flops, params, saved, output in zip(_block_flops(family, preset, norm), parameter_counts(spec.blocks),
+                                                saved_bytes_per_sample(spec), output_bytes_per_sample(spec),
+                                                strict=True):
             # Weights read once per pass; activations written forward and read backward.
             forward = max(flops / peak, saved / hardware.hbm_bytes_per_s) * 1e3
             weights = params * compute_bytes / hardware.hbm_bytes_per_s * 1e3
             self._blocks.append(BlockCost(Line(weights, forward), Line(2 * weights, 2 * forward), params,
-                                          0.0, saved))
-        self._outputs = _output_bytes(spec)
-        self._blocks = [BlockCost(b.forward_ms, b.backward_ms, b.parameters, out, b.saved_bytes_per_sample)
-                        for b, out in zip(self._blocks, self._outputs, strict=True)]
+                                          output, saved))
 
     runtime = RuntimeOverheads()
     """The runtimes' own costs are not on a data sheet: none are assumed."""
@@ -166,12 +164,3 @@ def _ring(operation: str, size: float, ranks: int, curve: BandwidthCurve) -> flo
     share = 2 * (ranks - 1) / ranks if operation == "all_reduce" else (ranks - 1) / ranks
     whole = size * ranks if operation == "all_gather" else size  # all_gather's size is each rank's shard
     return (curve.latency_s * (ranks - 1) + whole * share / curve.bus_bandwidth(whole)) * 1e3
-
-
-def _output_bytes(spec: models.ModelSpec) -> list[float]:
-    inputs, _ = spec.make_batch(COUNT_BATCH, torch.Generator().manual_seed(0))
-    x, sizes = inputs.to("meta"), []
-    for block in spec.blocks:
-        x = block(x)
-        sizes.append(x.numel() * x.element_size() / COUNT_BATCH)
-    return sizes
