@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import models
 from bench.config import RunConfig, resolve
 from bench.launch import threads_per_process
-from bench.predict.calibration import BlockCost, Calibration, ComputeCosts, Curve, Line
+from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line, RuntimeOverheads
 from bench.predict.costs import Scenario, predict_step, stage_blocks
 from bench.predict.memory import predict_memory
 from bench.records import read_records
@@ -31,8 +32,8 @@ def _calibration(blocks: int, forward: float = 1.0, backward: float = 2.0, param
     cost = BlockCost(Line(forward, 0.0), Line(backward, 0.0), parameters, 100.0, 10.0)
     costs = ComputeCosts([cost] * blocks, update / (blocks * parameters))
     threads = {t: costs for t in {threads_per_process(1), threads_per_process(2), threads_per_process(4)}}
-    return Calibration("mlp", "tiny", "group", "fp32", "cpu", "gloo", MACHINE, threads, curves or FREE, 2,
-                       {2: 1.0, 4: 1.0}, overlap=overlap)
+    communication = {2: Communication(curves or FREE, overlap=overlap)}
+    return Calibration("mlp", "tiny", "group", "fp32", "cpu", "gloo", MACHINE, threads, communication, {2: 1.0, 4: 1.0})
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -224,15 +225,36 @@ def test_collectives_across_nodes_cost_more_than_inside_one() -> None:
 def test_runtime_overheads_are_the_reference_runs_beyond_single_and_the_counted_communication() -> None:
     from bench.predict.runtime import MICROBATCHES, overheads
 
-    steps = {"single": 1.0, "ddp": 3.0, "fsdp": 11.0, "tp": 5.0, "pp": 20.0}
+    steps = {"single": 1.0, "ddp": 3.0, "zero1": 4.5, "fsdp": 11.0, "tp": 5.0, "pp": 20.0}
     latency = {**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])}
-    found = overheads(steps, latency, blocks=5, pairs=2, parameter_bytes=[400] * 5, activation_bytes=256)
+    found = overheads(steps, latency, ranks=2, blocks=5, pairs=2, layers=4, parameter_bytes=[400] * 5,
+                      activation_bytes=256)
     assert found.ddp_per_step == pytest.approx(3.0 - 1.0 - 0.5)  # one all-reduce of the gradients
+    assert found.zero1_per_step == pytest.approx(4.5 - 3.0)  # beyond ddp, with free broadcasts
     assert found.fsdp_per_block == pytest.approx((11.0 - 1.0) / 5)  # free gathers: all of it is runtime
-    assert found.tp_per_pair == pytest.approx((5.0 - 1.0 - 2 * 2 * 0.5) / 2)
+    assert found.tp_per_layer == pytest.approx((5.0 - 1.0 - 2 * 2 * 0.5) / 4)
     assert found.pp_per_action == pytest.approx(20.0 / (2 * (MICROBATCHES + 1)))
     # A runtime never gives time back: a reference faster than single counts as none.
-    assert overheads({**steps, "ddp": 0.5}, FREE, 5, 2, [400] * 5, 256).ddp_per_step == 0.0
+    assert overheads({**steps, "ddp": 0.5}, FREE, 2, 5, 2, 4, [400] * 5, 256).ddp_per_step == 0.0
+    # On 4 ranks a GPipe step of near-empty stages has 2 (m + 3) actions on its critical path.
+    four = overheads(steps, FREE, 4, 5, 2, 4, [400] * 5, 256)
+    assert four.pp_per_action == pytest.approx(20.0 / (2 * (MICROBATCHES + 3)))
+
+
+def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_run_has() -> None:
+    two = {**FREE, "all_reduce": Curve([(1, 1.0), (2**30, 1.0)])}
+    four = {**FREE, "all_reduce": Curve([(1, 5.0), (2**30, 5.0)])}
+    calibration = dataclasses.replace(_calibration(2), communication={
+        2: Communication(two, RuntimeOverheads(ddp_per_step=1.0), 0.5),
+        4: Communication(four, RuntimeOverheads(ddp_per_step=7.0), 0.0)})
+    assert calibration.collective_ms("all_reduce", 1e6, 2) == 1.0
+    assert calibration.collective_ms("all_reduce", 1e6, 4) == 5.0
+    assert calibration.collective_ms("all_reduce", 1e6, 8) == 5.0  # the nearest count measured
+    assert calibration.runtime_for(4).ddp_per_step == 7.0 and calibration.overlap_for(4) == 0.0
+    assert calibration.runtime_for(3).ddp_per_step == 7.0  # between two counts, the larger
+    # 4 processes on 2 cores: a ddp step waits for the 4-process all-reduce and runtime, not the 2-process ones.
+    step = predict_step(calibration, Scenario("ddp", 4, 64), 1)
+    assert step.exposed_comm_ms == pytest.approx(5.0 + 7.0)
 
 
 def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(tmp_path: Path) -> None:
@@ -247,3 +269,4 @@ def test_a_measured_verdict_names_its_winners_whatever_brackets_their_labels_car
     assert _winners("tie (within noise): mp (m=1), ddp") == ["mp (m=1)", "ddp"]
     assert _winners("single (the only one measured)") == ["single"]
     assert _winners("pp (gpipe, m=4)") == ["pp (gpipe, m=4)"]
+

@@ -14,7 +14,7 @@ from typing import Any
 
 from strategies import ConfigError
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,27 @@ class RuntimeOverheads:
     it grows with (bench/predict/runtime.py measures them; zero where not measured)."""
 
     ddp_per_step: float = 0.0
+    zero1_per_step: float = 0.0
+    """Beyond ddp's: ZeroRedundancyOptimizer's own work per step (its shards' bookkeeping, one broadcast
+    call per parameter)."""
     fsdp_per_block: float = 0.0
-    tp_per_pair: float = 0.0
+    tp_per_layer: float = 0.0
+    """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
     pp_per_action: float = 0.0
+
+
+@dataclass(frozen=True)
+class Communication:
+    """What N processes of this machine cost beyond their compute, measured on N of them: on shared CPU
+    cores a collective among 4 processes is not a 2-process one with more bytes (the processes queue for
+    the cores), so each device count a sweep runs is measured as itself."""
+
+    collectives: dict[str, Curve]
+    """all_reduce, all_gather, reduce_scatter, broadcast, send_recv."""
+    runtime: RuntimeOverheads = RuntimeOverheads()
+    overlap: float = 1.0
+    """The share of a collective that hides behind compute running at the same time (1: all of it, as on
+    GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""
 
 
 @dataclass(frozen=True)
@@ -124,16 +142,11 @@ class Calibration:
     """The identity a prediction is checked against: host, device names, torch."""
     threads: dict[int, ComputeCosts]
     """Per thread count measured (a CPU process's share of the cores changes its compute)."""
-    collectives: dict[str, Curve]
-    """all_reduce, all_gather, reduce_scatter, broadcast, send_recv on ``collective_ranks`` processes."""
-    collective_ranks: int
+    communication: dict[int, Communication]
+    """Per process count measured (none where the machine cannot host two ranks: one GPU)."""
     slowdown: dict[int, float] = field(default_factory=dict)
     """Per count of processes computing at once on this machine, how much slower each one's compute runs
     than alone (shared cores and memory bandwidth; 1.0 on separate GPUs)."""
-    runtime: RuntimeOverheads = RuntimeOverheads()
-    overlap: float = 1.0
-    """The share of a collective that hides behind compute running at the same time (1: all of it, as on
-    GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""
     env: dict[str, object] = field(default_factory=dict)
 
     def blocks(self, threads: int) -> list[BlockCost]:
@@ -148,25 +161,41 @@ class Calibration:
     def optimizer_ms(self, threads: int, parameters: float) -> float:
         return self.threads[self._nearest(threads)].optimizer_ms_per_parameter * parameters
 
-    def slowdown_for(self, processes: int) -> float:
-        """The measured slowdown at this many processes; beyond the largest measured, it grows with the
-        oversubscription (processes per core share), and 1.0 for one process."""
-        if processes <= 1 or not self.slowdown:
+    def slowdown_for(self, processes: float) -> float:
+        """The slowdown with this many processes computing at once (a mean may be fractional: a pipeline's
+        ranks idle in its bubble): straight between the counts measured (one process: 1.0), and beyond
+        the largest growing with the oversubscription (processes per core share)."""
+        points = sorted({1: 1.0, **self.slowdown}.items())
+        if processes <= 1:
             return 1.0
-        if processes in self.slowdown:
-            return self.slowdown[processes]
-        largest = max(self.slowdown)
-        return self.slowdown[largest] * processes / largest
+        largest, at_largest = points[-1]
+        if processes >= largest:
+            return at_largest * processes / largest
+        i = next(i for i, (n, _) in enumerate(points) if n >= processes)
+        (n0, s0), (n1, s1) = points[i - 1], points[i]
+        return s0 + (s1 - s0) * (processes - n0) / (n1 - n0)
 
     def collective_ms(self, operation: str, size: float, ranks: int) -> float:
-        """``operation``'s ms on ``ranks`` processes from its curve measured on ``collective_ranks``: a ring
-        moves 2(N-1)/N of the bytes per rank for all-reduce and (N-1)/N for the others, so the bytes are
-        scaled by that share's ratio. KeyError where the operation was not measured (one GPU)."""
+        """``operation``'s ms on ``ranks`` processes, from the curve measured on that many, else on the
+        nearest count measured: a ring moves 2(N-1)/N of the bytes per rank for all-reduce and (N-1)/N for
+        the others, so the bytes are scaled by that share's ratio. KeyError where none was measured."""
         if ranks <= 1:
             return 0.0
-        measured = self.collective_ranks
+        measured = self._nearest_ranks(ranks)
         factor = (ranks - 1) / ranks / ((measured - 1) / measured)
-        return self.collectives[operation].at(size * factor)
+        return self.communication[measured].collectives[operation].at(size * factor)
+
+    def runtime_for(self, ranks: int) -> RuntimeOverheads:
+        """The runtimes' residuals measured on ``ranks`` processes, else on the nearest count measured."""
+        return self.communication[self._nearest_ranks(ranks)].runtime if self.communication else RuntimeOverheads()
+
+    def overlap_for(self, ranks: int) -> float:
+        return self.communication[self._nearest_ranks(ranks)].overlap if self.communication else 1.0
+
+    def _nearest_ranks(self, ranks: int) -> int:
+        if not self.communication:
+            raise KeyError("no collectives measured (one GPU cannot host two ranks)")
+        return min(self.communication, key=lambda n: (abs(n - ranks), -n))
 
     def _nearest(self, threads: int) -> int:
         return min(self.threads, key=lambda t: (abs(t - threads), t))
@@ -196,12 +225,10 @@ class Calibration:
             threads = {int(t): ComputeCosts([_block(b) for b in v["blocks"]], float(v["optimizer_ms_per_parameter"]),
                                             Line.from_json(v["step_overhead_ms"]), float(v["copy_ms_per_byte"]))
                        for t, v in data["threads"].items()}
-            curves = {name: Curve([(int(s), float(ms)) for s, ms in c["points"]])
-                      for name, c in data["collectives"].items()}
+            communication = {int(n): _communication(c) for n, c in data["communication"].items()}
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
-                       data["backend"], data["machine"], threads, curves, int(data["collective_ranks"]),
-                       {int(k): float(v) for k, v in data["slowdown"].items()}, RuntimeOverheads(**data["runtime"]),
-                       float(data["overlap"]), data.get("env", {}))
+                       data["backend"], data["machine"], threads, communication,
+                       {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 
@@ -219,3 +246,9 @@ class Calibration:
 def _block(data: dict[str, Any]) -> BlockCost:
     return BlockCost(Line.from_json(data["forward_ms"]), Line.from_json(data["backward_ms"]), int(data["parameters"]),
                      float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]))
+
+
+def _communication(data: dict[str, Any]) -> Communication:
+    curves = {name: Curve([(int(size), float(ms)) for size, ms in c["points"]])
+              for name, c in data["collectives"].items()}
+    return Communication(curves, RuntimeOverheads(**data["runtime"]), float(data["overlap"]))

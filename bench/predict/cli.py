@@ -18,7 +18,7 @@ from bench.cli_args import comma_list, fail
 from bench.config import RunConfig, resolve
 from bench.environment import environment
 from bench.launch import threads_per_process
-from bench.predict.calibration import Calibration, RuntimeOverheads
+from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
 from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
@@ -97,20 +97,21 @@ def writable(path: Path) -> None:
 
 def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
               repeats: int) -> Calibration:
-    """Measures compute at every thread count and batch the devices and micro-batches need, the
-    collectives on 2 processes, and the slowdown of processes computing together."""
+    """Measures compute at every thread count and batch the devices and micro-batches need, and at every
+    device count beyond one the collectives, the runtimes' residuals and the slowdown of processes
+    computing together."""
     import torch
 
     make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
-    batches = sorted({max(1, config.batch_size // (d * m)) for d in devices for m in microbatches}
-                     | {config.batch_size})
+    # Every device count's whole share (data parallelism: one micro-batch) and its micro-batches (pipelines).
+    batches = sorted({max(1, config.batch_size // (d * m)) for d in (1, *devices) for m in (1, *microbatches)})
     cuda = config.accelerator == "cuda"
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
     costs = {}
     parallel = sorted(d for d in set(devices) if d > 1)
-    steps = tqdm(total=len(threads) + 1 + len(parallel), desc="calibrate", unit="step")
+    steps = tqdm(total=len(threads) + len(parallel), desc="calibrate", unit="step")
     before = torch.get_num_threads()
     for t in threads:
         torch.set_num_threads(t)
@@ -118,25 +119,27 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         steps.update()
     torch.set_num_threads(before)
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
-    can_communicate = not cuda or torch.cuda.device_count() >= 2
-    curves, runtime, overlap = {}, RuntimeOverheads(), 1.0
-    if can_communicate:
-        with tempfile.TemporaryDirectory() as folder:
-            references = reference_configs(str(Path(folder) / "reference.jsonl"), config.accelerator)
-            curves, reference_ms = measure_collectives(2, config.accelerator, default_sizes(largest),
-                                                       references=references)
-        overlap = reference_ms.pop("overlap")
-        runtime = reference_overheads(reference_ms, curves)
-    steps.update()
-    slow = {}
+    ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
+    communication, slow = {}, {}
     for d in parallel:
-        slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d,
-                                                                     threads_per_process(d), seconds=2.0)
+        if d in ranks:
+            communication[d] = _communication(config.accelerator, d, largest)
+        slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d, threads_per_process(d),
+                                            seconds=2.0)
         steps.update()
     steps.close()
     env = environment()
     return Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
-                       machine_identity(env), costs, curves, 2, slow, runtime, overlap, env)
+                       machine_identity(env), costs, communication, slow, env)
+
+
+def _communication(accelerator: str, ranks: int, largest: int) -> Communication:
+    """The collectives, the runtimes' residuals and the overlap, measured on ``ranks`` processes."""
+    with tempfile.TemporaryDirectory() as folder:
+        references = reference_configs(str(Path(folder) / "reference.jsonl"), accelerator, ranks)
+        curves, reference_ms = measure_collectives(ranks, accelerator, default_sizes(largest), references=references)
+    overlap = reference_ms.pop("overlap")
+    return Communication(curves, reference_overheads(reference_ms, curves, ranks), overlap)
 
 
 def scenario_for(config: RunConfig) -> Scenario:
@@ -147,6 +150,7 @@ def scenario_for(config: RunConfig) -> Scenario:
         raise ValueError("no cost model for nn.DataParallel on GPUs (its scatter, replicas and gather per step)")
     blocks: list[int] = []
     pairs: list[int] = []
+    layers: list[int] = []
     if config.strategy == "tp":
         with torch.device("meta"):
             plan = models.build_model(config.model, config.preset, config.norm).tp_plan
@@ -154,6 +158,7 @@ def scenario_for(config: RunConfig) -> Scenario:
         rowwise = [int(path.split(".")[0]) for path, style in styles.items() if style == "rowwise"]
         blocks = sorted({int(path.split(".")[0]) for path in styles})
         pairs = [rowwise.count(b) for b in blocks]
+        layers = [sum(int(path.split(".")[0]) == b for path in styles) for b in blocks]
     dp, pp = config.dp, config.pp
     if config.strategy == "hybrid":
         layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
@@ -162,7 +167,7 @@ def scenario_for(config: RunConfig) -> Scenario:
         dp, pp = layout.dp, layout.pp
     return Scenario(config.strategy, config.devices, config.batch_size, config.microbatches, config.schedule,
                     config.stages_per_rank, config.balance, config.bucket_cap_mb, config.reshard_after_forward,
-                    dp, pp, tuple(blocks), tuple(pairs))
+                    dp, pp, tuple(blocks), tuple(pairs), tuple(layers))
 
 
 def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:

@@ -45,7 +45,7 @@ def _operation(name: str, size: int, world: int, rank: int, device: torch.device
         return lambda: dist.all_reduce(tensor)
     if name == "all_gather":
         out = torch.empty(elements * world, device=device)
-        return lambda: dist.all_gather_into_tensor(out, tensor)
+        return lambda: _quiet(dist.all_gather_into_tensor, out, tensor)
     if name == "reduce_scatter":
         whole = torch.ones(elements - elements % world or world, device=device)
         out = torch.empty(whole.numel() // world, device=device)
@@ -62,7 +62,8 @@ def _operation(name: str, size: int, world: int, rank: int, device: torch.device
 
 
 def _quiet(operation: Callable, *args: object) -> None:
-    """torch 2.14 marks reduce_scatter_tensor deprecated (FSDP2 still calls it); 2.11 has no successor."""
+    """torch 2.14 marks all_gather_into_tensor and reduce_scatter_tensor deprecated (FSDP2 still calls
+    them); 2.11 has no successor."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         operation(*args)

@@ -2,7 +2,8 @@
 
 Each model says what it overlaps and what it leaves exposed, as the strategy runs it:
 
-- single, mp: the blocks one after another (mp's stages take turns, as its devices do), then the update.
+- single, mp: the blocks one after another (mp's stages take turns, as its devices do), each micro-batch
+  a pass of its own, then the update.
 - ddp: the forward, then the backward with each gradient bucket's all-reduce starting as the bucket
   fills (reverse block order, the first bucket 1 MiB, then ``--bucket-cap-mb``), one at a time; what
   the last all-reduce runs past the backward is exposed. zero1 updates 1/N of the parameters, then
@@ -17,7 +18,8 @@ Each model says what it overlaps and what it leaves exposed, as the strategy run
   stages' gradient all-reduce over the replicas after the schedule.
 
 Emulated devices share a CPU: every process computes slower while the others compute, by the
-calibrated ``slowdown`` at that many processes, with its share of the cores' threads.
+calibrated ``slowdown`` at that many processes (a pipeline's at its mean concurrency: its ranks idle
+in the bubble), with its share of the cores' threads.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
 from strategies.timing import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 
+PIPELINE_ITERATIONS = 4
+"""Rounds of the pipeline's concurrency and its slowdown: the step moves by under 1% after the third."""
 FIRST_BUCKET_BYTES = 1024 * 1024
 """DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES): small, so the first
 all-reduce starts early in the backward."""
@@ -53,8 +57,12 @@ class Scenario:
     dp: int | None = None
     pp: int | None = None
     tp_blocks: tuple[int, ...] = ()
-    """tp: the blocks its plan shards, each with one all-reduce pair per row-wise layer (``tp_pairs``)."""
+    """tp: the blocks its plan shards, each with one all-reduce pair per row-wise layer (``tp_pairs``)
+    and ``tp_layers`` layers the plan parallelizes."""
     tp_pairs: tuple[int, ...] = ()
+    tp_layers: tuple[int, ...] = ()
+    threads: int | None = None
+    """The threads each process computes with; None: what the launcher gives it (bench/launch.py)."""
 
 
 @dataclass
@@ -83,10 +91,8 @@ class CostSource(Protocol):
     def overhead_ms(self, threads: int, samples: float) -> float: ...
     def slowdown_for(self, processes: int) -> float: ...
     def collective_ms(self, operation: str, size: float, ranks: int) -> float: ...
-    @property
-    def runtime(self) -> RuntimeOverheads: ...
-    @property
-    def overlap(self) -> float: ...
+    def runtime_for(self, ranks: int) -> RuntimeOverheads: ...
+    def overlap_for(self, ranks: int) -> float: ...
 
 
 def predict_step(calibration: CostSource, scenario: Scenario, optimizer_states: int) -> StepPrediction:
@@ -108,10 +114,13 @@ def predict_step(calibration: CostSource, scenario: Scenario, optimizer_states: 
 
 
 def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) -> StepPrediction:
-    threads = threads_per_process(1)  # in-process strategies keep every core
+    threads = scenario.threads or threads_per_process(1)  # in-process strategies keep every core
     blocks = calibration.blocks(threads)
-    forward, backward = _pass(blocks, range(len(blocks)), scenario.global_batch / microbatches)
-    compute = (forward + backward) * microbatches + calibration.overhead_ms(threads, scenario.global_batch)
+    samples = scenario.global_batch / microbatches
+    forward, backward = _pass(blocks, range(len(blocks)), samples)
+    # Each micro-batch is a pass of its own through every block: it pays a pass's overhead (the autograd
+    # engine's start, the weights read back into the caches), as the calibration's whole steps measured.
+    compute = (forward + backward + calibration.overhead_ms(threads, samples)) * microbatches
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
     notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
     return StepPrediction(compute + update, compute, 0.0, update, notes=notes)
@@ -132,13 +141,14 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
             reduce = calibration.collective_ms("all_reduce", bucket, n)
             comm_free, communication = max(comm_free, clock) + reduce, communication + reduce
             bucket, cap = 0.0, scenario.bucket_cap_mb * 2**20
-    exposed = _partly_hidden(max(0.0, comm_free - clock), communication, calibration.overlap)
+    exposed = _partly_hidden(max(0.0, comm_free - clock), communication, calibration.overlap_for(n))
     parameters = sum(b.parameters for b in blocks)
     # The reducer copies the gradients into its buckets, divides them and copies them back: 3 passes.
-    exposed += calibration.runtime.ddp_per_step + 3 * calibration.copy_ms(threads, 4 * parameters) * slow
+    exposed += calibration.runtime_for(n).ddp_per_step + 3 * calibration.copy_ms(threads, 4 * parameters) * slow
     if scenario.strategy == "zero1":
         update = calibration.optimizer_ms(threads, parameters / n) * slow
         exposed += n * calibration.collective_ms("broadcast", parameters * 4 / n, n)  # each rank sends its shard
+        exposed += calibration.runtime_for(n).zero1_per_step
     else:
         update = calibration.optimizer_ms(threads, parameters) * slow
     return StepPrediction(clock + exposed + update, clock, exposed, update)
@@ -166,7 +176,8 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
         started = max(compute, comm)
         compute = started + backward[i]
         comm = max(comm, compute) + reduce[i]
-    overhead = calibration.overhead_ms(threads, samples) * slow + calibration.runtime.fsdp_per_block * len(blocks)
+    overhead = (calibration.overhead_ms(threads, samples) * slow
+                + calibration.runtime_for(n).fsdp_per_block * len(blocks))
     # FSDP2 copies each shard into the all-gather's buffer and the gathered block out of it, and each
     # block's gradients into the reduce-scatter's: about 2 passes over a block's bytes per collective.
     gathered = 2 if scenario.reshard_after_forward else 1
@@ -174,7 +185,7 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     busy = sum(forward) + sum(backward) + overhead
     regathers = sum(gather[:-1]) if scenario.reshard_after_forward else 0.0
     exposed = _partly_hidden(max(comm, compute) - (busy - overhead), sum(gather) + regathers + sum(reduce),
-                             calibration.overlap)
+                             calibration.overlap_for(n))
     end = busy + exposed
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
     return StepPrediction(end + update, busy, end - busy, update)
@@ -200,7 +211,7 @@ def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPredict
         activation = block.output_bytes_per_sample * samples
         comm += 2 * pairs.get(i, 0) * calibration.collective_ms("all_reduce", activation, n)
     compute += calibration.overhead_ms(threads, samples) * slow
-    comm += calibration.runtime.tp_per_pair * sum(pairs.values())
+    comm += calibration.runtime_for(n).tp_per_layer * sum(scenario.tp_layers)
     sharded = sum(blocks[i].parameters for i in pairs)
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) - sharded * (1 - 1 / n)) * slow
     return StepPrediction(compute + comm + update, compute, comm, update)
@@ -225,34 +236,44 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     replicas = scenario.dp or 1 if scenario.strategy == "hybrid" else 1
     ranks = scenario.devices // replicas
     m, v = scenario.microbatches, scenario.stages_per_rank
-    threads = threads_per_process(scenario.devices)
-    blocks, slow = calibration.blocks(threads), calibration.slowdown_for(scenario.devices)
+    threads = scenario.threads or threads_per_process(scenario.devices)
+    blocks, all_at_work = calibration.blocks(threads), calibration.slowdown_for(scenario.devices)
+    slow = all_at_work
     samples = scenario.global_batch / replicas / m
     parts = stage_blocks(calibration, scenario, ranks * v, samples)
     costs = [_pass(blocks, part, samples) for part in parts]
     sends = [calibration.collective_ms("send_recv", blocks[part[-1]].output_bytes_per_sample * samples, 2)
              for part in parts]
 
+    per_action = calibration.runtime_for(scenario.devices).pp_per_action
+
     def duration(action: Action) -> float:
         forward, backward = costs[action.stage]
         share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2, BACKWARD_WEIGHT: backward / 2}
-        return share[action.kind] * slow + calibration.runtime.pp_per_action
+        return share[action.kind] * slow + per_action
 
     def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
         return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
 
     table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
     spans = simulate(table, duration, transfer)
+    # Ranks idle in the bubble leave the cores to the others: the schedule computes at the slowdown of
+    # its mean concurrency (time at work over the makespan, over every rank of every replica), found
+    # by iterating from the slowdown with all of them at work.
+    for _ in range(PIPELINE_ITERATIONS):
+        working = replicas * sum(s.end - s.start for s in spans) / max(s.end for s in spans)
+        slow = calibration.slowdown_for(working)
+        spans = simulate(table, duration, transfer)
     makespan = max(s.end for s in spans)
     busy = max(sum(s.end - s.start for s in spans if s.rank == r) for r in table)
     stage_parameters = max(sum(blocks[i].parameters for p in range(r, ranks * v, ranks) for i in parts[p])
                            for r in range(ranks))
-    update = calibration.optimizer_ms(threads, stage_parameters) * slow
+    update = calibration.optimizer_ms(threads, stage_parameters) * all_at_work
     # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
     # all-reduce runs after it, exposed.
     averaging = calibration.collective_ms("all_reduce", stage_parameters * 4, replicas) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
-    overhead = calibration.overhead_ms(threads, samples * m) * slow  # the step's own, once per schedule
+    overhead = calibration.overhead_ms(threads, samples * m) * all_at_work  # the step's own, once per schedule
     return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                           simulated_bubble(spans), spans, notes)

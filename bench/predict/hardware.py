@@ -123,10 +123,13 @@ class RooflineSource:
             self._blocks.append(BlockCost(Line(weights, forward), Line(2 * weights, 2 * forward), params,
                                           output, saved))
 
-    runtime = RuntimeOverheads()
-    """The runtimes' own costs are not on a data sheet: none are assumed."""
-    overlap = 1.0
-    """NCCL runs on its own streams: a collective hides wholly behind compute that does not wait for it."""
+    def runtime_for(self, ranks: int) -> RuntimeOverheads:
+        """The runtimes' own costs are not on a data sheet: none are assumed."""
+        return RuntimeOverheads()
+
+    def overlap_for(self, ranks: int) -> float:
+        """NCCL runs on its own streams: a collective hides wholly behind compute that does not wait for it."""
+        return 1.0
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self._blocks
