@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,12 +25,14 @@ from bench.fidelity import (
     fidelity_record,
     fsdp_fidelity_config,
     fsdp_vs_plain_fsdp,
+    pipeline_config,
     pp_vs_mp,
     single_vs_plain_loop,
 )
 from bench.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.predict import cli as predict_cli
+from bench.predict.for_sweep import pipeline_predictor
 from bench.records import append_record, build_record, failure_record
 from bench.runner import train
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
@@ -68,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32,
                                                     *FIDELITY_FIXED))
     fidelity.add_argument("--rounds", type=int, default=6, help="alternating rounds per comparison (default: 6)")
+    fidelity.add_argument("--calibration", default="auto",
+                          help="explain pp's gap to the ideal with this bench calibrate file of mlp small; auto: "
+                               "the one beside --out (as bench sweep leaves it), else calibrate first; none: "
+                               "do not (default: auto)")
     fidelity.add_argument("--out", default="results/fidelity.jsonl",
                           help="one record per comparison, read by bench report (default: %(default)s)")
     return parser
@@ -169,6 +176,11 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         fsdp_config = fsdp_fidelity_config(config)
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
+        pipelines = config.accelerator == "cpu" or torch.cuda.device_count() >= 2
+        if args.calibration not in ("auto", "none") and not Path(args.calibration).is_file():
+            raise ConfigError(f"--calibration {args.calibration}: no such file (or auto, none)")
+        predictor = pipeline_predictor(args.calibration, pipeline_config(config), Path(config.out)) if pipelines \
+            else None
     except ConfigError as exc:
         fail("bench fidelity", str(exc))
     env = environment()
@@ -188,8 +200,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         record(ddp_vs_plain_ddp(ddp_config, args.rounds))
     if fsdp_config is not None:
         record(fsdp_vs_plain_fsdp(fsdp_config, args.rounds))
-    if config.accelerator == "cpu" or torch.cuda.device_count() >= 2:
-        speedups, bubbles = pp_vs_mp(config, args.rounds)
+    if pipelines:
+        speedups, bubbles = pp_vs_mp(config, args.rounds, predictor=predictor)
         for result in [*speedups, *bubbles]:
             record(result)
     held = [v for v in verdicts if v is not None]

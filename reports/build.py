@@ -246,7 +246,34 @@ def _fidelity(fidelity: pd.DataFrame) -> Section:
                                   "they say what the harness costs there, not how a GPU machine would do.")
     columns = ["name", "model", "measured", "target", "met", "machine", "emulated"]
     section.tables.append(fidelity[columns].rename(columns={"name": "comparison"}))
+    gap = pipeline_gap_table(fidelity)
+    if not gap.empty:
+        section.paragraphs.append(
+            "Why pp falls short of the ideal, PREDICTED by the calibrated model (`bench calibrate` of this machine): "
+            "the speed-up with the ideal's assumptions dropped one at a time, each row adding one measured cost to "
+            "those above it, the last row the full prediction; `measured` is the comparison's own figure.")
+        section.tables.append(gap)
     return section
+
+
+def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
+    """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement."""
+    rows = []
+    targeted = fidelity[(fidelity["comparison"] == "pp-vs-mp") & fidelity["held_to_target"]] \
+        if "predicted_steps" in fidelity else fidelity.iloc[0:0]
+    for _, record in targeted.iterrows():
+        steps = record["predicted_steps"]
+        if not isinstance(steps, list):
+            continue
+        for step in steps:
+            rows.append({"comparison": record["name"], "counting also": step["added"],
+                         "speed-up": f"{step['predicted_speedup']:.2f} (predicted)",
+                         "share of ideal": f"{step['predicted_share_of_ideal']:.0%} (predicted)"})
+        ideal = steps[0]["predicted_speedup"]
+        rows.append({"comparison": record["name"], "counting also": "measured",
+                     "speed-up": f"{record['share_of_ideal'] * ideal:.2f}",
+                     "share of ideal": f"{record['share_of_ideal']:.0%}"})
+    return pd.DataFrame(rows)
 
 
 def _timeline(results: Results, out: Path) -> list[Path | None]:

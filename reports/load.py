@@ -194,6 +194,9 @@ def fidelity_row(record: dict[str, object]) -> dict[str, object]:
         "met": "-" if met is None else ("yes" if met else "no") + _unsettled(record),
         "machine": _machine(record),
         "emulated": bool(record["emulated"]),
+        "held_to_target": met is not None,
+        "share_of_ideal": record.get("share_of_ideal"),
+        "predicted_steps": record.get("predicted_steps"),
     }
 
 

@@ -221,6 +221,23 @@ def test_the_report_shows_each_comparison_with_its_target_and_verdict(fidelity_f
     assert FIDELITY_HINT not in md
 
 
+def test_the_report_puts_the_predicted_account_of_the_gap_beside_the_measured_share(tmp_path: Path) -> None:
+    from bench.predict.explain import GapStep
+
+    steps = (GapStep("nothing: the ideal", 1.6), GapStep("the stages as split", 1.5), GapStep("runtime", 1.3))
+    explained = dataclasses.replace(speedup(4, 100.0, 128.0), predicted=steps, prediction_source="calibration c.json")
+    path = tmp_path / "fidelity.jsonl"
+    append_record(path, fidelity_record(explained, RunConfig(), rounds=2, env=ENV))
+    record = read_records(path)[0][0]
+    assert record["predicted_speedup"] == 1.3 and record["predicted_share_of_ideal"] == pytest.approx(1.3 / 1.6)
+    build_report(load([path]), tmp_path / "report")
+    section = (tmp_path / "report" / "report.md").read_text().split("## How far to trust these numbers")[1]
+    assert "Why pp falls short of the ideal, PREDICTED" in section
+    assert "| pp vs mp, 2 stages, M=4 | the stages as split | 1.50 (predicted) | 94% (predicted) |" in section
+    assert "| pp vs mp, 2 stages, M=4 | runtime | 1.30 (predicted) | 81% (predicted) |" in section
+    assert "| pp vs mp, 2 stages, M=4 | measured | 1.28 | 80% |" in section  # 128 / 100 over the ideal 1.6
+
+
 def test_the_report_shows_and_explains_the_fsdp_comparison_where_it_was_measured(
     fidelity_file: Path, tmp_path: Path
 ) -> None:
@@ -271,6 +288,17 @@ def test_an_unwritable_out_fails_in_one_line_before_anything_runs(
     assert not out.exists()
 
 
+def test_a_calibration_that_is_not_a_file_fails_in_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "single_vs_plain_loop", _no_measuring)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fidelity", "--calibration", str(tmp_path / "none.json"), "--out", str(tmp_path / "f.jsonl")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "no such file (or auto, none)" in err
+    assert not (tmp_path / "f.jsonl").exists()
+
+
 def test_the_command_prints_each_result_and_appends_its_record(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -282,9 +310,13 @@ def test_the_command_prints_each_result_and_appends_its_record(
     monkeypatch.setattr(cli, "single_vs_plain_loop", lambda config, rounds: single(100.0, 100.0))
     monkeypatch.setattr(cli, "ddp_vs_plain_ddp", lambda config, rounds: ddp)
     monkeypatch.setattr(cli, "fsdp_vs_plain_fsdp", lambda config, rounds: given.append((config, rounds)) or fsdp)
-    monkeypatch.setattr(cli, "pp_vs_mp", lambda config, rounds: ([speedup(8, 100.0, 160.0)], [bubble]))
+    monkeypatch.setattr(cli, "pp_vs_mp", lambda config, rounds, predictor: predictors.append(predictor) or (
+        [speedup(8, 100.0, 160.0)], [bubble]))
+    predictors: list[object] = []
     out = tmp_path / "fid.jsonl"
-    assert cli.main(["fidelity", "--model", "mlp", "--preset", "tiny", "--rounds", "2", "--out", str(out)]) == 0
+    assert cli.main(["fidelity", "--model", "mlp", "--preset", "tiny", "--rounds", "2", "--calibration", "none",
+                     "--out", str(out)]) == 0
+    assert predictors == [None]  # --calibration none: no account of the gap, and nothing calibrated
     printed = capsys.readouterr().out.splitlines()
     assert printed[-2] == bubble.line() and printed[-3] == speedup(8, 100.0, 160.0).line()
     assert printed[-4] == fsdp.line() and printed[-5] == ddp.line()
@@ -306,7 +338,8 @@ FIGURE_FIELDS = {
     "ddp-vs-plain-ddp": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
     "fsdp-vs-plain-fsdp": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
     "pp-vs-mp": {"speedup", "ideal_speedup", "share_of_ideal", "speedup_interval", "share_of_ideal_interval",
-                 "suite_ms", "baseline_ms", "microbatches", "mp_threads"},
+                 "suite_ms", "baseline_ms", "microbatches", "mp_threads", "predicted_speedup",
+                 "predicted_share_of_ideal", "predicted_steps", "prediction_source"},
     "pp-bubble": {"measured_bubble_fraction", "theoretical_bubble_fraction", "bubble_difference",
                   "measured_bubble_interval", "microbatches", "schedule", "suite_ms"},
 }
@@ -319,7 +352,7 @@ def test_the_real_comparisons_run_once_on_a_tiny_model_and_fill_every_field(tmp_
     # 6 timed steps: the median of 2 sub-millisecond steps is their mean, and one hiccup of the machine
     # then moved a ratio past 5 (seen on torch 2.11).
     proc = run_bench("fidelity", "--model", "mlp", "--preset", "tiny", "--rounds", "1", "--steps", "6",
-                     "--warmup", "1", "--out", str(out), timeout=300)
+                     "--warmup", "1", "--calibration", "none", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records, bad = read_records(out)
     assert bad == [] and [r["comparison"] for r in records] == [

@@ -7,7 +7,8 @@ the figure it measures to a target. Each result is also a record (``kind`` ``fid
 
 - ``results``: the setup, the result protocol, the alternation and the record every comparison shares.
 - ``loops``: ``single``, ``ddp`` and ``fsdp`` against the PyTorch tutorials' hand-written loops.
-- ``pipeline``: ``pp``'s speed-up over ``mp`` against the ideal, and its bubble against the theory.
+- ``pipeline``: ``pp``'s speed-up over ``mp`` against the ideal (with the calibrated model's
+  account of the gap), and its bubble against the theory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bench.fidelity.loops import (
     fsdp_vs_plain_fsdp,
     single_vs_plain_loop,
 )
-from bench.fidelity.pipeline import BubbleCheck, PipelineSpeedup, pp_vs_mp
+from bench.fidelity.pipeline import BubbleCheck, PipelineSpeedup, pipeline_config, pp_vs_mp
 from bench.fidelity.results import FidelityResult, Setup, fidelity_record
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "fidelity_record",
     "fsdp_fidelity_config",
     "fsdp_vs_plain_fsdp",
+    "pipeline_config",
     "pp_vs_mp",
     "single_vs_plain_loop",
 ]

@@ -29,6 +29,9 @@ from bench.fidelity.results import (
     settled,
 )
 from bench.launch import threads_per_process
+from bench.predict.cli import scenario_for
+from bench.predict.costs import CostSource
+from bench.predict.explain import GapStep, mp_twin, pipeline_gap
 from bench.ranks import become_rank
 from bench.runner import step_times_ms, train
 from reports.stats import bootstrap_interval
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
     from multiprocessing.queues import Queue
 
 log = logging.getLogger(__name__)
+
+Predictor = tuple[CostSource, str]
+"""A calibration of this machine for mlp small, and where it came from (for the record)."""
 
 
 PP_STAGES = 2
@@ -72,6 +78,10 @@ class PipelineSpeedup(FigureAndLine):
     """The share of ``ideal`` to reach; None for a figure shown for information, held to nothing."""
     interval: Interval | None = None
     """The speed-up's interval over the rounds (``pooled_ratio``); None from one round."""
+    predicted: tuple[GapStep, ...] = ()
+    """The calibrated model's account of the gap to the ideal (bench/predict/explain.py), PREDICTED;
+    empty where no calibration was given."""
+    prediction_source: str | None = None
 
     @property
     def speedup(self) -> float:
@@ -108,11 +118,18 @@ class PipelineSpeedup(FigureAndLine):
         return figure_text(headline, f"pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step", target)
 
     def record_fields(self) -> dict[str, object]:
+        predicted = self.predicted[-1].predicted_speedup if self.predicted else None
         return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
                 "share_of_ideal": self.share, "speedup_interval": self.interval,
                 "share_of_ideal_interval": self.share_interval, "suite_ms": self.pp_ms, "baseline_ms": self.mp_ms,
                 "microbatches": self.microbatches, "mp_threads": self.mp_threads, "target": self.target,
-                "met": self.met, "settled": self.settled, **self.setup.record_fields()}
+                "met": self.met, "settled": self.settled, **self.setup.record_fields(),
+                "predicted_speedup": predicted,
+                "predicted_share_of_ideal": None if predicted is None else predicted / self.ideal,
+                "predicted_steps": [{"added": s.added, "predicted_speedup": s.predicted_speedup,
+                                     "predicted_share_of_ideal": s.predicted_speedup / self.ideal}
+                                    for s in self.predicted] or None,
+                "prediction_source": self.prediction_source}
 
 
 @dataclass(frozen=True)
@@ -191,15 +208,23 @@ def bubble_checks(rounds: dict[int, list[PipelineRound]], setup: Setup, schedule
     return checks
 
 
+def pipeline_config(config: RunConfig) -> RunConfig:
+    """The configuration both sides of pp-vs-mp share (``config``'s other options)."""
+    return dataclasses.replace(config, model="mlp", preset="small", batch_size=PP_BATCH, balance="params",
+                               devices=PP_STAGES, optimizer="sgd", lr=0.01)
+
+
 def pp_vs_mp(
-    config: RunConfig, rounds: int, microbatches: tuple[int, ...] = (4, 8)
+    config: RunConfig, rounds: int, microbatches: tuple[int, ...] = (4, 8), predictor: Predictor | None = None
 ) -> tuple[list[PipelineSpeedup], list[BubbleCheck]]:
     """``pp`` on 2 processes against ``mp`` in this process: mlp small, balanced, M micro-batches;
     and pp's measured bubble against its theoretical one where M >= 4p.
 
     Both split the same blocks the same way ([4, 5] by parameter count: four hidden layers on
     each side, the small head with the second) and feed the same micro-batches; mp runs the stages
-    one after another, pp overlaps them, so the ideal speed-up is p*m/(m+p-1).
+    one after another, pp overlaps them, so the ideal speed-up is p*m/(m+p-1). With a ``predictor``
+    (a calibration of this machine and where it came from) each speed-up carries the calibrated model's
+    account of what keeps it from the ideal.
 
     Threads, for an honest comparison on a CPU: each pp rank gets cores // 2 threads, as the
     launcher gives it. Against that, mp is measured twice. With the same threads as one pp rank
@@ -210,8 +235,7 @@ def pp_vs_mp(
     # 256 samples: micro-batches of 32 to 64, big enough that a stage's matmuls set its time. At 64
     # (micro-batches of 8) every micro-batch's weight-gradient traffic dominated: mp itself slowed from
     # 136 to 221 ms going from M=4 to 8, and pp reached 65% of the ideal against 80% at 256.
-    base = dataclasses.replace(config, model="mlp", preset="small", batch_size=PP_BATCH, balance="params",
-                               devices=PP_STAGES, optimizer="sgd", lr=0.01)
+    base = pipeline_config(config)
     setup = Setup(base.model, base.preset, PP_STAGES, base.accelerator, base.batch_size)
     per_rank = threads_per_process(PP_STAGES) if config.accelerator == "cpu" else torch.get_num_threads()
     sides = {"pp": per_rank, "mp": per_rank, "mp-all": torch.get_num_threads()}
@@ -225,8 +249,13 @@ def pp_vs_mp(
             name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
             mp_ms = statistics.median(t for r in mp_times[side, m] for t in r)
             _, interval = pooled_ratio(mp_times[side, m], pp_times)
+            predicted: tuple[GapStep, ...] = ()
+            if predictor is not None:
+                pp_config = resolve(dataclasses.replace(base, strategy="pp", microbatches=m))
+                pp = dataclasses.replace(scenario_for(pp_config), threads=per_rank)
+                predicted = tuple(pipeline_gap(predictor[0], pp, mp_twin(pp, sides[side])))
             speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, mp_ms, ideal_speedup(PP_STAGES, m),
-                                            target, interval))
+                                            target, interval, predicted, predictor[1] if predictor else None))
     return speedups, bubble_checks(pp_rounds, setup, base.schedule)
 
 

@@ -101,3 +101,11 @@ def _largest_message(config: RunConfig) -> int:
     while size < 4 * parameters and size < LARGEST_MESSAGE:
         size *= 4
     return size
+
+
+def pipeline_predictor(choice: str, config: RunConfig, out: Path) -> tuple[Calibration, str] | None:
+    """The calibration ``bench fidelity`` explains pp-vs-mp with (``config``: that comparison's, on 2
+    devices with 4 and 8 micro-batches), as ``choice`` asks; None for ``none``."""
+    predictor = sweep_predictor(choice, [config], (1, config.devices), (4, 8), out)
+    key = (config.model, config.preset)
+    return (predictor.calibrations[key], predictor.sources[key]) if key in predictor.calibrations else None

@@ -1,0 +1,85 @@
+"""Why a pipeline reaches less than the ideal p*m/(m+p-1) over running its stages one after another.
+
+The ideal assumes equal stages, free transfers and a runtime that costs nothing. The calibrated model
+can drop each of those assumptions in turn: the predicted speed-up of pp over mp is computed with the
+stages as split, then with each measured cost added on top of the ones before, until it is the full
+prediction. Each step's change is what that cost takes from the ideal, PREDICTED (it comes from the
+calibration, not from timing pp with the cost removed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from bench.predict.calibration import BlockCost, RuntimeOverheads
+from bench.predict.costs import CostSource, Scenario, predict_step
+from strategies.schedules import ideal_speedup
+
+
+@dataclass(frozen=True)
+class GapStep:
+    """The predicted speed-up once ``added`` (and every step before it) is counted."""
+
+    added: str
+    predicted_speedup: float
+
+
+class _Partial:
+    """A cost source with some of its measured costs left out (counted as free)."""
+
+    def __init__(self, source: CostSource, *, update: bool, slowdown: bool, transfers: bool, runtime: bool) -> None:
+        self.source, self.update, self.slowdown, self.transfers, self.runtime = (
+            source, update, slowdown, transfers, runtime)
+
+    def blocks(self, threads: int) -> list[BlockCost]:
+        return self.source.blocks(threads)
+
+    def optimizer_ms(self, threads: int, parameters: float) -> float:
+        return self.source.optimizer_ms(threads, parameters) if self.update else 0.0
+
+    def overhead_ms(self, threads: int, samples: float) -> float:
+        return self.source.overhead_ms(threads, samples) if self.update else 0.0
+
+    def copy_ms(self, threads: int, size: float) -> float:
+        return self.source.copy_ms(threads, size)
+
+    def slowdown_for(self, processes: int) -> float:
+        return self.source.slowdown_for(processes) if self.slowdown else 1.0
+
+    def collective_ms(self, operation: str, size: float, ranks: int) -> float:
+        return self.source.collective_ms(operation, size, ranks) if self.transfers else 0.0
+
+    def runtime_for(self, ranks: int) -> RuntimeOverheads:
+        return self.source.runtime_for(ranks) if self.runtime else RuntimeOverheads()
+
+    def overlap_for(self, ranks: int) -> float:
+        return self.source.overlap_for(ranks)
+
+
+def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep]:
+    """From the ideal to the full prediction of pp's speed-up over mp (same stages, same micro-batches),
+    one measured cost added per step. ``mp.threads`` may differ from pp's (the fidelity comparison runs
+    mp on one pp rank's threads)."""
+    steps = [GapStep(f"nothing: the ideal p·m/(m+p-1), p={pp.devices}, m={pp.microbatches}",
+                     ideal_speedup(pp.devices, pp.microbatches))]
+    added = {"update": False, "slowdown": False, "transfers": False, "runtime": False}
+    labels = {
+        "stages": "the stages as split (their calibrated forward and backward times)",
+        "update": "the optimizer step and the step's own overhead (not pipelined)",
+        "slowdown": f"{pp.devices} processes computing at once (shared cores: x{source.slowdown_for(pp.devices):.3f})",
+        "transfers": "the activations and gradients sent between stages",
+        "runtime": f"the pipeline runtime per action ({source.runtime_for(pp.devices).pp_per_action:.2f} ms)",
+    }
+    for name in labels:
+        if name in added:
+            added[name] = True
+        partial = _Partial(source, **added)
+        speedup = predict_step(partial, mp, 1).step_ms / predict_step(partial, pp, 1).step_ms
+        steps.append(GapStep(labels[name], speedup))
+    return steps
+
+
+def mp_twin(pp: Scenario, threads: int | None) -> Scenario:
+    """``mp`` on the same stages and micro-batches as ``pp``, in one process with ``threads`` threads."""
+    return dataclasses.replace(pp, strategy="mp", threads=threads)
