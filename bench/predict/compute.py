@@ -38,36 +38,44 @@ def _synchronized(device: torch.device) -> Callable[[], float]:
 
 
 def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: int) -> list[tuple[float, float]]:
-    """Per block, (forward ms, backward ms) at ``batch`` samples: medians over ``repeats`` after one warm-up."""
+    """Per block, (forward ms, backward ms) at ``batch`` samples: medians over ``repeats`` after one warm-up.
+
+    Each repeat is a whole pass, timed block by block, as a pipeline stage or mp runs its blocks:
+    every block's forward in order, then every block's backward in reverse order from the gradient
+    the block after it sent back (each block on a detached copy of its input), into the gradients
+    the passes before left (micro-batches accumulate). Timing one block over and over instead keeps
+    its weights in the caches between its forward and backward, which a real pass, reading every
+    other block's weights in between, does not."""
     now = _synchronized(device)
     blocks = spec.blocks.to(device)
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
     inputs, targets = inputs.to(device), targets.to(device)
-    with torch.no_grad():
-        block_inputs = [inputs]
-        for block in blocks[:-1]:
-            block_inputs.append(block(block_inputs[-1]))
-    times = []
-    for i, block in enumerate(blocks):
-        last = i == len(blocks) - 1
-        forward, backward = [], []
-        for r in range(repeats + 1):
-            x = block_inputs[i].detach().requires_grad_(block_inputs[i].is_floating_point())
+    forward: list[list[float]] = [[] for _ in blocks]
+    backward: list[list[float]] = [[] for _ in blocks]
+    for r in range(repeats + 1):
+        block_inputs, outputs, x = [], [], inputs
+        for i, block in enumerate(blocks):
+            x = x.detach().requires_grad_(x.is_floating_point())
             start = now()
             out = block(x)
-            loss = spec.loss_fn(out, targets) if last else None
-            middle = now()
-            if loss is not None:
-                loss.backward()
-            else:
-                out.backward(torch.ones_like(out))
+            if i == len(blocks) - 1:
+                out = spec.loss_fn(out, targets)
             end = now()
-            if r > 0:  # the first runs cold (allocations, kernel selection)
-                forward.append((middle - start) * 1e3)
-                backward.append((end - middle) * 1e3)
-            blocks.zero_grad(set_to_none=True)
-        times.append((statistics.median(forward), statistics.median(backward)))
-    return times
+            block_inputs.append(x)
+            outputs.append(out)
+            if r > 0:  # the first pass runs cold (allocations, kernel selection)
+                forward[i].append((end - start) * 1e3)
+            x = out
+        gradient = None
+        for i in reversed(range(len(blocks))):
+            start = now()
+            outputs[i].backward(gradient)
+            end = now()
+            if r > 0:
+                backward[i].append((end - start) * 1e3)
+            gradient = block_inputs[i].grad
+    blocks.zero_grad(set_to_none=True)
+    return [(statistics.median(f), statistics.median(b)) for f, b in zip(forward, backward, strict=True)]
 
 
 def optimizer_ms_per_parameter(spec: ModelSpec, build: Callable, device: torch.device, repeats: int) -> float:

@@ -34,8 +34,10 @@ from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
 from strategies.timing import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 
-PIPELINE_ITERATIONS = 4
-"""Rounds of the pipeline's concurrency and its slowdown: the step moves by under 1% after the third."""
+PIPELINE_ITERATIONS = 8
+"""Rounds of a pipeline's concurrency and its slowdown. On the 2-core VM's calibrations (mlp and
+transformer small; pp GPipe and 1F1B and dp x pp on 4 ranks) 8 rounds left the step within 0.3% of
+where 11 did."""
 FIRST_BUCKET_BYTES = 1024 * 1024
 """DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES): small, so the first
 all-reduce starts early in the backward."""
@@ -119,8 +121,13 @@ def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) 
     samples = scenario.global_batch / microbatches
     forward, backward = _pass(blocks, range(len(blocks)), samples)
     # Each micro-batch is a pass of its own through every block: it pays a pass's overhead (the autograd
-    # engine's start, the weights read back into the caches), as the calibration's whole steps measured.
-    compute = (forward + backward + calibration.overhead_ms(threads, samples)) * microbatches
+    # engine's start, Python), as the calibration's whole steps measured. The blocks were timed a pass
+    # at a time with a backward call each (bench/predict/compute.py), as mp's stages run them: where a
+    # whole step ran faster than their sum (a negative overhead), mp gets nothing back.
+    overhead = calibration.overhead_ms(threads, samples)
+    if microbatches > 1:
+        overhead = max(0.0, overhead)
+    compute = (forward + backward + overhead) * microbatches
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
     notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
     return StepPrediction(compute + update, compute, 0.0, update, notes=notes)
@@ -217,6 +224,14 @@ def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPredict
     return StepPrediction(compute + comm + update, compute, comm, update)
 
 
+def _beside(span: SimulatedSpan, spans: list[SimulatedSpan]) -> float:
+    """How many ranks compute on average while ``span`` runs, itself included."""
+    length = span.end - span.start
+    if length <= 0:
+        return 1.0
+    return sum(max(0.0, min(span.end, s.end) - max(span.start, s.start)) for s in spans) / length
+
+
 def stage_blocks(calibration: CostSource, scenario: Scenario, stages: int, samples: float) -> list[list[int]]:
     """Which blocks each stage holds under ``--balance`` (strategies/partition.py's rules)."""
     blocks = calibration.blocks(threads_per_process(scenario.devices))
@@ -238,7 +253,6 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     m, v = scenario.microbatches, scenario.stages_per_rank
     threads = scenario.threads or threads_per_process(scenario.devices)
     blocks, all_at_work = calibration.blocks(threads), calibration.slowdown_for(scenario.devices)
-    slow = all_at_work
     samples = scenario.global_batch / replicas / m
     parts = stage_blocks(calibration, scenario, ranks * v, samples)
     costs = [_pass(blocks, part, samples) for part in parts]
@@ -247,22 +261,24 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
 
     per_action = calibration.runtime_for(scenario.devices).pp_per_action
 
+    slows: dict[Action, float] = {}
+
     def duration(action: Action) -> float:
         forward, backward = costs[action.stage]
         share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2, BACKWARD_WEIGHT: backward / 2}
-        return share[action.kind] * slow + per_action
+        return share[action.kind] * slows.get(action, all_at_work) + per_action
 
     def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
         return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
 
     table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
     spans = simulate(table, duration, transfer)
-    # Ranks idle in the bubble leave the cores to the others: the schedule computes at the slowdown of
-    # its mean concurrency (time at work over the makespan, over every rank of every replica), found
-    # by iterating from the slowdown with all of them at work.
-    for _ in range(PIPELINE_ITERATIONS):
-        working = replicas * sum(s.end - s.start for s in spans) / max(s.end for s in spans)
-        slow = calibration.slowdown_for(working)
+    # Ranks idle in the bubble leave the cores to the others: each action computes at the slowdown of
+    # the ranks at work beside it (over every replica), found by iterating from all of them at work
+    # (each round goes half way: a full step swings between fewer and more actions side by side).
+    for _ in range(PIPELINE_ITERATIONS if all_at_work != 1.0 else 0):
+        slows = {s.action: (slows.get(s.action, all_at_work) + calibration.slowdown_for(replicas * _beside(s, spans)))
+                 / 2 for s in spans}
         spans = simulate(table, duration, transfer)
     makespan = max(s.end for s in spans)
     busy = max(sum(s.end - s.start for s in spans if s.rank == r) for r in table)
@@ -274,6 +290,8 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     averaging = calibration.collective_ms("all_reduce", stage_parameters * 4, replicas) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
-    overhead = calibration.overhead_ms(threads, samples * m) * all_at_work  # the step's own, once per schedule
+    # The step's own, once per schedule; the blocks were timed as a stage runs them (compute.py), so a
+    # whole step that ran faster than its blocks' sum (negative) gives nothing back here.
+    overhead = max(0.0, calibration.overhead_ms(threads, samples * m)) * all_at_work
     return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                           simulated_bubble(spans), spans, notes)

@@ -18,12 +18,16 @@ from bench.config import RunConfig, resolve
 from bench.predict.calibration import Curve, RuntimeOverheads
 
 MICROBATCHES = 4
+REFERENCE_STEPS = 24
+"""Timed steps per reference run. Their steps take milliseconds, and the median of 8 left zero1's residual
+on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM (4.8 and 4.8 in two
+with 24)."""
 
 
 def reference_configs(out: str, accelerator: str, ranks: int) -> dict[str, RunConfig]:
     """The reference runs on ``ranks`` ranks: each strategy on the tiny mlp, fp32, the default options."""
     base = RunConfig(out=out, accelerator=accelerator, optimizer="sgd", precision="fp32", model="mlp", preset="tiny",
-                     batch_size=8, steps=8, warmup=2, norm="group")
+                     batch_size=8, steps=REFERENCE_STEPS, warmup=2, norm="group")
     return {
         "single": resolve(dataclasses.replace(base, strategy="single")),
         "ddp": resolve(dataclasses.replace(base, strategy="ddp", devices=ranks)),
