@@ -34,6 +34,18 @@ def error_by_strategy(errors: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={"count": "configurations", "median": "median |error|", "max": "max |error|"})
 
 
+def error_by_devices(errors: pd.DataFrame) -> pd.DataFrame:
+    """Per device count, then over all: how many configurations, the median and the largest |error|."""
+    if errors.empty:
+        return errors
+    data = errors.assign(abs_error=errors["error"].abs())
+    rows = [{"devices": str(devices), "configurations": len(group), "median |error|": group["abs_error"].median(),
+             "max |error|": group["abs_error"].max()} for devices, group in data.groupby("devices", sort=True)]
+    rows.append({"devices": "all", "configurations": len(data), "median |error|": data["abs_error"].median(),
+                 "max |error|": data["abs_error"].max()})
+    return pd.DataFrame(rows)
+
+
 def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
     """Per model, device count and global batch: the predicted winner, whether the measurement agrees (the
     measured winner, or one of a measured tie), and the rank correlation (Spearman) of the two orders."""
@@ -77,9 +89,11 @@ def prediction_section(runs: pd.DataFrame, fastest: pd.DataFrame) -> Section | N
         "Each configuration's PREDICTED step time (`bench sweep` predicts every run before it starts it, from a "
         "`bench calibrate` file of this machine: per-block compute, collectives by size, the slowdown of "
         "processes sharing cores) against its measured median; error = predicted / measured - 1 (positive: the "
-        "prediction was pessimistic). Then per strategy the median and largest |error|, and per panel whether "
-        "the predicted fastest is the measured fastest (or one of a measured tie), with the rank correlation of "
-        "the two orders."], [errors.round(3), error_by_strategy(errors, runs).round(3), ranking(runs, fastest)])
+        "prediction was pessimistic). Then per strategy, and per device count, the median and largest |error|, "
+        "and per panel whether the predicted fastest is the measured fastest (or one of a measured tie), with the "
+        "rank correlation of the two orders."],
+        [errors.round(3), error_by_strategy(errors, runs).round(3), error_by_devices(errors).round(3),
+         ranking(runs, fastest)])
 
 
 def what_if_section(predictions: pd.DataFrame) -> Section | None:

@@ -310,3 +310,27 @@ def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> 
                         Scenario("pp", 4, 8 * 64, microbatches=64, schedule="1f1b"), 1)
     free = predict_step(_calibration(4), Scenario("pp", 4, 8 * 64, microbatches=64, schedule="1f1b"), 1)
     assert 1.8 < busy.step_ms / free.step_ms < 2.0
+
+
+def test_calibration_times_every_batch_share_a_sweep_runs_not_only_the_micro_batches() -> None:
+    from bench.predict.cli import calibration_batches
+
+    # ddp on 2 and 4 devices runs 32 and 16 samples per process even where the sweep asks for 4 micro-batches.
+    assert calibration_batches(64, (2, 4), (4,)) == [4, 8, 16, 32, 64]
+    assert calibration_batches(8, (4,), (1,)) == [2, 8]
+
+
+def test_the_report_sums_up_the_errors_per_device_count_and_over_all() -> None:
+    import pandas as pd
+
+    from reports.predictions import error_by_devices, prediction_errors
+
+    runs = pd.DataFrame({
+        "panel": ["mlp"] * 4, "devices": [2, 2, 4, 4], "variant": ["ddp", "pp", "ddp", "pp"],
+        "global_batch": [64] * 4, "step_time_ms": [100.0, 100.0, 200.0, 100.0],
+        "predicted_step_time_ms": [110.0, 95.0, 140.0, 100.0], "emulated": [True] * 4})
+    table = error_by_devices(prediction_errors(runs)).set_index("devices")
+    assert table.loc["2", "median |error|"] == pytest.approx(0.075)
+    assert table.loc["2", "max |error|"] == pytest.approx(0.1)
+    assert table.loc["4", "max |error|"] == pytest.approx(0.3)  # 140 predicted for 200 measured: -30%
+    assert table.loc["all", "configurations"] == 4 and table.loc["all", "median |error|"] == pytest.approx(0.075)

@@ -95,6 +95,12 @@ def writable(path: Path) -> None:
         raise ConfigError(f"--out {path} is not writable")
 
 
+def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tuple[int, ...]) -> list[int]:
+    """The per-process batch sizes the blocks are timed at: every device count's whole share (data
+    parallelism runs one micro-batch whatever --microbatches says) and its micro-batches (pipelines)."""
+    return sorted({max(1, batch // (d * m)) for d in (1, *devices) for m in (1, *microbatches)})
+
+
 def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
               repeats: int) -> Calibration:
     """Measures compute at every thread count and batch the devices and micro-batches need, and at every
@@ -103,8 +109,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     import torch
 
     make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
-    # Every device count's whole share (data parallelism: one micro-batch) and its micro-batches (pipelines).
-    batches = sorted({max(1, config.batch_size // (d * m)) for d in (1, *devices) for m in (1, *microbatches)})
+    batches = calibration_batches(config.batch_size, devices, microbatches)
     cuda = config.accelerator == "cuda"
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
