@@ -32,7 +32,7 @@ from bench.fidelity import (
 from bench.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
 from bench.logs import configure_logging
 from bench.predict import cli as predict_cli
-from bench.predict.for_sweep import pipeline_predictor
+from bench.predict.for_sweep import check_calibration_choice, pipeline_predictor
 from bench.records import append_record, build_record, failure_record
 from bench.runner import train
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
@@ -177,8 +177,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
         pipelines = config.accelerator == "cpu" or torch.cuda.device_count() >= 2
-        if args.calibration not in ("auto", "none") and not Path(args.calibration).is_file():
-            raise ConfigError(f"--calibration {args.calibration}: no such file (or auto, none)")
+        check_calibration_choice(args.calibration)
         predictor = pipeline_predictor(args.calibration, pipeline_config(config), Path(config.out)) if pipelines \
             else None
     except ConfigError as exc:

@@ -24,7 +24,7 @@ from bench.environment import environment
 from bench.labels import file_name
 from bench.launch import ChildOutcome, child_command
 from bench.plan import PlannedRun, SweepConfig, plan, run_key
-from bench.predict.for_sweep import SweepPredictor, sweep_predictor
+from bench.predict.for_sweep import SweepPredictor, check_calibration_choice, sweep_predictor
 from bench.records import RecordError, append_record, failure_record, read_records
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
 
@@ -193,8 +193,7 @@ def main(args: argparse.Namespace) -> int:
             resolve(dataclasses.replace(neutral, model=name))
         runs = plan(sweep)
         done = set() if args.force else completed_keys(Path(base.out))
-        if args.calibration not in ("auto", "none") and not Path(args.calibration).is_file():
-            raise ConfigError(f"--calibration {args.calibration}: no such file (or auto, none)")
+        check_calibration_choice(args.calibration)
     except (ConfigError, RecordError) as exc:
         fail("bench sweep", str(exc))
     if args.dry_run:

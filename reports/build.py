@@ -11,7 +11,7 @@ from bench.labels import file_name
 from reports import figures
 from reports.capacity import largest_presets
 from reports.load import Results, load, run_label
-from reports.predictions import prediction_section, what_if_section
+from reports.predictions import pipeline_gap_table, prediction_section, what_if_section
 from reports.render import Section, write_html, write_markdown
 from reports.scaling import with_scaling
 from reports.tables import (
@@ -254,26 +254,6 @@ def _fidelity(fidelity: pd.DataFrame) -> Section:
             "those above it, the last row the full prediction; `measured` is the comparison's own figure.")
         section.tables.append(gap)
     return section
-
-
-def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
-    """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement."""
-    rows = []
-    targeted = fidelity[(fidelity["comparison"] == "pp-vs-mp") & fidelity["held_to_target"]] \
-        if "predicted_steps" in fidelity else fidelity.iloc[0:0]
-    for _, record in targeted.iterrows():
-        steps = record["predicted_steps"]
-        if not isinstance(steps, list):
-            continue
-        for step in steps:
-            rows.append({"comparison": record["name"], "counting also": step["added"],
-                         "speed-up": f"{step['predicted_speedup']:.2f} (predicted)",
-                         "share of ideal": f"{step['predicted_share_of_ideal']:.0%} (predicted)"})
-        ideal = steps[0]["predicted_speedup"]
-        rows.append({"comparison": record["name"], "counting also": "measured",
-                     "speed-up": f"{record['share_of_ideal'] * ideal:.2f}",
-                     "share of ideal": f"{record['share_of_ideal']:.0%}"})
-    return pd.DataFrame(rows)
 
 
 def _timeline(results: Results, out: Path) -> list[Path | None]:

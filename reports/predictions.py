@@ -96,6 +96,26 @@ def prediction_section(runs: pd.DataFrame, fastest: pd.DataFrame) -> Section | N
          ranking(runs, fastest)])
 
 
+def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
+    """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement."""
+    rows = []
+    targeted = fidelity[(fidelity["comparison"] == "pp-vs-mp") & fidelity["held_to_target"]] \
+        if "predicted_steps" in fidelity else fidelity.iloc[0:0]
+    for _, record in targeted.iterrows():
+        steps = record["predicted_steps"]
+        if not isinstance(steps, list):
+            continue
+        for step in steps:
+            rows.append({"comparison": record["name"], "counting also": step["added"],
+                         "speed-up": f"{step['predicted_speedup']:.2f} (predicted)",
+                         "share of ideal": f"{step['predicted_share_of_ideal']:.0%} (predicted)"})
+        ideal = steps[0]["predicted_speedup"]
+        rows.append({"comparison": record["name"], "counting also": "measured",
+                     "speed-up": f"{record['share_of_ideal'] * ideal:.2f}",
+                     "share of ideal": f"{record['share_of_ideal']:.0%}"})
+    return pd.DataFrame(rows)
+
+
 def what_if_section(predictions: pd.DataFrame) -> Section | None:
     """``bench predict``'s records on their own: PREDICTED, never measured."""
     if predictions.empty:

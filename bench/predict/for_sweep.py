@@ -43,6 +43,12 @@ class SweepPredictor:
             return {}
 
 
+def check_calibration_choice(choice: str) -> None:
+    """ConfigError (one line) where ``choice`` is neither auto, none nor an existing file."""
+    if choice not in ("auto", "none") and not Path(choice).is_file():
+        raise ConfigError(f"--calibration {choice}: no such file (or auto, none)")
+
+
 def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, ...],
                     microbatches: tuple[int, ...], out: Path) -> SweepPredictor:
     """Loads or takes the calibrations ``choice`` asks for. ConfigError (one line) for a file that
