@@ -48,6 +48,11 @@ def parameter_counts(blocks: nn.Sequential) -> list[int]:
     return [sum(p.numel() for p in block.parameters()) for block in blocks]
 
 
+def tensor_counts(blocks: nn.Sequential) -> list[tuple[int, ...]]:
+    """Per block, each parameter tensor's element count."""
+    return [tuple(p.numel() for p in block.parameters()) for block in blocks]
+
+
 def output_bytes_per_sample(spec: ModelSpec) -> list[float]:
     """Per block, the bytes of its output per sample: what crosses to the next block (a pipeline's transfer)."""
     blocks = copy.deepcopy(spec.blocks).to("meta")

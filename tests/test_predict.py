@@ -334,3 +334,56 @@ def test_the_report_sums_up_the_errors_per_device_count_and_over_all() -> None:
     assert table.loc["2", "max |error|"] == pytest.approx(0.1)
     assert table.loc["4", "max |error|"] == pytest.approx(0.3)  # 140 predicted for 200 measured: -30%
     assert table.loc["all", "configurations"] == 4 and table.loc["all", "median |error|"] == pytest.approx(0.075)
+
+
+def test_zero1_pays_a_broadcast_per_parameter_tensor() -> None:
+    # ZeroRedundancyOptimizer broadcasts tensor by tensor: at a fixed 0.5 ms per broadcast, a block of ten
+    # tensors costs ten of them where the same parameters in one tensor cost one.
+    latency = {**FREE, "broadcast": Curve([(1, 0.5), (2**30, 0.5)])}
+    one = _calibration(2, curves=latency)
+    many = dataclasses.replace(one, threads={t: dataclasses.replace(c, blocks=[
+        dataclasses.replace(b, tensors=(100,) * 10) for b in c.blocks]) for t, c in one.threads.items()})
+    scenario = Scenario("zero1", 2, 16)
+    extra = predict_step(many, scenario, 1).step_ms - predict_step(one, scenario, 1).step_ms
+    assert extra == pytest.approx(2 * 9 * 0.5)  # two blocks, nine more broadcasts each
+
+
+def test_the_reference_zero1_residual_is_beyond_its_per_tensor_broadcasts() -> None:
+    from bench.predict.runtime import overheads
+
+    steps = {"single": 1.0, "ddp": 3.0, "zero1": 6.0, "fsdp": 11.0, "tp": 5.0, "pp": 20.0}
+    latency = {**FREE, "broadcast": Curve([(1, 0.25), (2**30, 0.25)])}
+    found = overheads(steps, latency, 2, 5, 2, 4, [400] * 5, 256, tensor_bytes=[200] * 10)
+    assert found.zero1_per_step == pytest.approx(6.0 - 3.0 - 10 * 0.25)
+
+
+def test_the_slowdown_is_never_below_the_cores_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Measured alone and together at different moments of the machine's drift, together can look faster:
+    # that is noise, and 4 one-thread processes on 2 cores cannot run faster than half speed each.
+    from bench.predict import compute
+
+    monkeypatch.setattr(compute.os, "cpu_count", lambda: 2)
+    timed = {1: 1.0, 2: 0.8, 4: 1.5}
+    monkeypatch.setattr(compute, "_together", lambda spec, batch, n, threads, seconds: timed[n])
+    assert compute.slowdown(None, 8, 2, 1, 0.1) == 1.0
+    assert compute.slowdown(None, 8, 4, 1, 0.1) == 2.0
+    timed[4] = 2.6
+    assert compute.slowdown(None, 8, 4, 1, 0.1) == pytest.approx(2.6)
+
+
+def test_the_slowdown_counts_the_waits_between_steps() -> None:
+    # Steps of 1 ms, and every fourth a 6 ms wait for the core after it: the mean is 2.5 ms where the
+    # median step (what the calibration once kept) says 1 ms, no slowdown.
+    from bench.predict.compute import mean_step_s
+
+    ticks = iter(range(10**6))
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def step() -> None:
+        i = next(ticks)
+        now[0] += 0.001 + (0.006 if i % 4 == 3 else 0.0)
+
+    assert mean_step_s(step, 0.1, clock) == pytest.approx(0.0025, rel=0.05)

@@ -14,7 +14,7 @@ from typing import Any
 
 from strategies import ConfigError
 
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ class BlockCost:
     """The activation that crosses to the next block (a pipeline's transfer per sample)."""
     saved_bytes_per_sample: float
     """What its forward keeps for its backward (models/sizes.py)."""
+    tensors: tuple[int, ...] = ()
+    """Each parameter tensor's element count: what moves one tensor at a time (ZeRO-1's broadcasts).
+    Empty: the block's parameters as one tensor."""
+
+    def tensor_sizes(self) -> tuple[int, ...]:
+        return self.tensors or (self.parameters,)
 
 
 @dataclass(frozen=True)
@@ -245,7 +251,8 @@ class Calibration:
 
 def _block(data: dict[str, Any]) -> BlockCost:
     return BlockCost(Line.from_json(data["forward_ms"]), Line.from_json(data["backward_ms"]), int(data["parameters"]),
-                     float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]))
+                     float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]),
+                     tuple(int(n) for n in data["tensors"]))
 
 
 def _communication(data: dict[str, Any]) -> Communication:

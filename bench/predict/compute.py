@@ -8,6 +8,7 @@ sweep uses (a line in the batch size fits the sizes measured).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ import torch.multiprocessing as mp
 
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from bench.processes import die_with_parent
-from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample
+from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from models.spec import ModelSpec
 from strategies.devices import synchronize
 
@@ -104,11 +105,11 @@ def compute_costs(
     with torch.device("meta"):
         meta = make_spec()
     saved = saved_bytes_per_sample(meta)
-    counts = parameter_counts(spec.blocks)
+    counts, tensors = parameter_counts(spec.blocks), tensor_counts(spec.blocks)
     outputs = output_bytes_per_sample(meta)
     blocks = [
         BlockCost(Line.fit([(n, per_batch[n][i][0]) for n in batches]),
-                  Line.fit([(n, per_batch[n][i][1]) for n in batches]), counts[i], outputs[i], saved[i])
+                  Line.fit([(n, per_batch[n][i][1]) for n in batches]), counts[i], outputs[i], saved[i], tensors[i])
         for i in range(len(spec.blocks))
     ]
     per_parameter = optimizer_ms_per_parameter(spec, build_optimizer, device, repeats)
@@ -161,20 +162,32 @@ def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, thread
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
     spec.loss_fn(spec.blocks(inputs), targets).backward()  # warm
     start.wait()
-    steps, began = [], time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        t0 = time.perf_counter()
-        spec.loss_fn(spec.blocks(inputs), targets).backward()
-        steps.append(time.perf_counter() - t0)
-    results.put((rank, statistics.median(steps)))
+    results.put((rank, mean_step_s(lambda: spec.loss_fn(spec.blocks(inputs), targets).backward(), seconds)))
+
+
+def mean_step_s(step: Callable[[], object], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The mean time of ``step`` run over and over for ``seconds``: the window over the steps done.
+
+    Not the median step: on oversubscribed cores a process waits for its turn between steps as often as
+    within them, and a step short enough to finish inside its time slice shows no slowdown at all (the
+    tiny mlp's median said 1.0 with 4 processes on 2 cores, its mean 2.2 to 2.7)."""
+    steps, began = 0, clock()
+    while (now := clock()) - began < seconds or steps == 0:
+        step()
+        steps += 1
+    return (now - began) / steps
 
 
 def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:
     """How much slower one process's forward+backward runs while ``processes`` run it at once (each
-    with ``threads`` threads) than while it runs alone: what emulated devices sharing cores cost."""
+    with ``threads`` threads) than while it runs alone: what emulated devices sharing cores cost.
+
+    Never less than the processes' threads per core: more of them than cores cannot each run at full
+    speed, and a ratio under that (or under 1) is the machine's noise (alone and together measured
+    at different moments of its drift), not a speed-up."""
     alone = _together(make_spec, batch, 1, threads, seconds)
     together = _together(make_spec, batch, processes, threads, seconds)
-    return together / alone
+    return max(1.0, processes * threads / (os.cpu_count() or 1), together / alone)
 
 
 def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:

@@ -7,7 +7,7 @@ Each model says what it overlaps and what it leaves exposed, as the strategy run
 - ddp: the forward, then the backward with each gradient bucket's all-reduce starting as the bucket
   fills (reverse block order, the first bucket 1 MiB, then ``--bucket-cap-mb``), one at a time; what
   the last all-reduce runs past the backward is exposed. zero1 updates 1/N of the parameters, then
-  every rank broadcasts its shard.
+  every parameter tensor is broadcast from the rank that updated it, one at a time.
 - fsdp: each block's all-gather before its forward (and, with ZeRO-3, before its backward) on a
   communication stream that runs one block ahead; each block's gradients reduce-scattered after its
   backward; the update of the shard.
@@ -154,11 +154,17 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
     exposed += calibration.runtime_for(n).ddp_per_step + 3 * calibration.copy_ms(threads, 4 * parameters) * slow
     if scenario.strategy == "zero1":
         update = calibration.optimizer_ms(threads, parameters / n) * slow
-        exposed += n * calibration.collective_ms("broadcast", parameters * 4 / n, n)  # each rank sends its shard
-        exposed += calibration.runtime_for(n).zero1_per_step
+        exposed += zero1_broadcasts_ms(calibration, blocks, n) + calibration.runtime_for(n).zero1_per_step
     else:
         update = calibration.optimizer_ms(threads, parameters) * slow
     return StepPrediction(clock + exposed + update, clock, exposed, update)
+
+
+def zero1_broadcasts_ms(calibration: CostSource, blocks: list[BlockCost], ranks: int) -> float:
+    """ZeroRedundancyOptimizer's parameter sync: every parameter tensor broadcast from the rank that
+    updated it, one tensor at a time (its default, ``parameters_as_bucket_view=False``): a model of many
+    small tensors pays a broadcast's latency per tensor, not its bytes once."""
+    return sum(calibration.collective_ms("broadcast", 4 * t, ranks) for b in blocks for t in b.tensor_sizes())
 
 
 def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:

@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import models
 from bench.predict.calibration import BlockCost, Line, RuntimeOverheads
-from models.sizes import COUNT_BATCH, output_bytes_per_sample, parameter_counts, saved_bytes_per_sample
+from models.sizes import COUNT_BATCH, output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from strategies import ConfigError
 
 GB = 1e9
@@ -114,14 +114,14 @@ class RooflineSource:
         peak = hardware.peak_flops[precision]
         compute_bytes = 2 if precision == "bf16" else 4
         self._blocks = []
-        for flops, params, saved, output in zip(_block_flops(family, preset, norm), parameter_counts(spec.blocks),
-                                                saved_bytes_per_sample(spec), output_bytes_per_sample(spec),
-                                                strict=True):
+        for flops, params, saved, output, tensors in zip(
+                _block_flops(family, preset, norm), parameter_counts(spec.blocks), saved_bytes_per_sample(spec),
+                output_bytes_per_sample(spec), tensor_counts(spec.blocks), strict=True):
             # Weights read once per pass; activations written forward and read backward.
             forward = max(flops / peak, saved / hardware.hbm_bytes_per_s) * 1e3
             weights = params * compute_bytes / hardware.hbm_bytes_per_s * 1e3
             self._blocks.append(BlockCost(Line(weights, forward), Line(2 * weights, 2 * forward), params,
-                                          output, saved))
+                                          output, saved, tensors))
 
     def runtime_for(self, ranks: int) -> RuntimeOverheads:
         """The runtimes' own costs are not on a data sheet: none are assumed."""

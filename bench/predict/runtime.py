@@ -39,10 +39,12 @@ def reference_configs(out: str, accelerator: str, ranks: int) -> dict[str, RunCo
 
 
 def overheads(step_ms: dict[str, float], curves: dict[str, Curve], ranks: int, blocks: int, pairs: int,
-              layers: int, parameter_bytes: list[int], activation_bytes: float) -> RuntimeOverheads:
+              layers: int, parameter_bytes: list[int], activation_bytes: float,
+              tensor_bytes: list[int] | None = None) -> RuntimeOverheads:
     """The residuals of the reference runs' median step times (``step_ms``), each less ``single``'s and
     less the communication the cost models count for it on these tiny messages (``curves`` measured on
-    the same ``ranks``)."""
+    the same ``ranks``): zero1's broadcasts one per parameter tensor (``tensor_bytes``; by default one
+    per block)."""
     base = step_ms["single"]
     all_reduce = curves["all_reduce"].at(sum(parameter_bytes))
     gathers = sum(curves["all_gather"].at(b / ranks) + curves["reduce_scatter"].at(b) for b in parameter_bytes)
@@ -52,8 +54,8 @@ def overheads(step_ms: dict[str, float], curves: dict[str, Curve], ranks: int, b
     transfers = 2 * (p - 1) * curves["send_recv"].at(activation_bytes / m)
     return RuntimeOverheads(
         ddp_per_step=max(0.0, step_ms["ddp"] - base - all_reduce),
-        zero1_per_step=max(0.0, step_ms["zero1"] - step_ms["ddp"] - ranks * curves["broadcast"].at(
-            sum(parameter_bytes) / ranks)),
+        zero1_per_step=max(0.0, step_ms["zero1"] - step_ms["ddp"] - sum(
+            curves["broadcast"].at(b) for b in (tensor_bytes or parameter_bytes))),
         fsdp_per_block=max(0.0, (step_ms["fsdp"] - base - gathers) / blocks),
         tp_per_layer=max(0.0, (step_ms["tp"] - base - tp_comm) / max(1, layers)),
         pp_per_action=max(0.0, (step_ms["pp"] - transfers) / (2 * (m + p - 1))),
@@ -65,7 +67,7 @@ def reference_overheads(step_ms: dict[str, float], curves: dict[str, Curve], ran
     import torch
 
     import models
-    from models.sizes import parameter_counts
+    from models.sizes import parameter_counts, tensor_counts
 
     with torch.device("meta"):
         spec = models.build_model("mlp", "tiny", "group")
@@ -74,6 +76,7 @@ def reference_overheads(step_ms: dict[str, float], curves: dict[str, Curve], ran
     styles = spec.tp_plan.styles if spec.tp_plan else {}
     pairs = sum(style == "rowwise" for style in styles.values())
     parameter_bytes = [4 * n for n in parameter_counts(spec.blocks)]
+    tensor_bytes = [4 * n for block in tensor_counts(spec.blocks) for n in block]
     batch = 8
     return overheads(step_ms, curves, ranks, len(spec.blocks), pairs, len(styles), parameter_bytes,
-                     hidden.numel() * 4 * batch)
+                     hidden.numel() * 4 * batch, tensor_bytes)
