@@ -222,23 +222,32 @@ def test_collectives_across_nodes_cost_more_than_inside_one() -> None:
     assert source.collective_ms("all_reduce", 64e6, 1) == 0.0
 
 
-def test_runtime_overheads_are_the_reference_runs_beyond_single_and_the_counted_communication() -> None:
-    from bench.predict.runtime import MICROBATCHES, overheads
+def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(tmp_path: Path) -> None:
+    from bench.predict.cli import scenario_for
+    from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
 
-    steps = {"single": 1.0, "ddp": 3.0, "zero1": 4.5, "fsdp": 11.0, "tp": 5.0, "pp": 20.0}
-    latency = {**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])}
-    found = overheads(steps, latency, ranks=2, blocks=5, pairs=2, layers=4, parameter_bytes=[400] * 5,
-                      activation_bytes=256)
-    assert found.ddp_per_step == pytest.approx(3.0 - 1.0 - 0.5)  # one all-reduce of the gradients
-    assert found.zero1_per_step == pytest.approx(4.5 - 3.0)  # beyond ddp, with free broadcasts
-    assert found.fsdp_per_block == pytest.approx((11.0 - 1.0) / 5)  # free gathers: all of it is runtime
-    assert found.tp_per_layer == pytest.approx((5.0 - 1.0 - 2 * 2 * 0.5) / 4)
-    assert found.pp_per_action == pytest.approx(20.0 / (2 * (MICROBATCHES + 1)))
-    # A runtime never gives time back: a reference faster than single counts as none.
-    assert overheads({**steps, "ddp": 0.5}, FREE, 2, 5, 2, 4, [400] * 5, 256).ddp_per_step == 0.0
-    # On 4 ranks a GPipe step of near-empty stages has 2 (m + 3) actions on its critical path.
-    four = overheads(steps, FREE, 4, 5, 2, 4, [400] * 5, 256)
-    assert four.pp_per_action == pytest.approx(20.0 / (2 * (MICROBATCHES + 3)))
+    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+    configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
+    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp"}
+    assert {c.model for c in configs.values()} == {"mlp"} and configs["pp"].microbatches == MICROBATCHES
+    calibration = _calibration(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
+    predicted = {name: predict_step(calibration, scenario_for(c), 1).step_ms for name, c in configs.items()}
+    layers = sum(scenario_for(configs["tp"]).tp_layers)
+    # Each run took its prediction plus a known runtime cost: 2 ms per ddp step (zero1 pays it too, and 1.5
+    # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path.
+    measured = {"ddp": predicted["ddp"] + 2.0, "zero1": predicted["zero1"] + 3.5, "fsdp": predicted["fsdp"] + 5.0,
+                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (MICROBATCHES + 1)}
+    found = residuals(calibration, 2, configs, measured)
+    assert found.ddp_per_step == pytest.approx(2.0)
+    assert found.zero1_per_step == pytest.approx(1.5)
+    assert found.fsdp_per_block == pytest.approx(1.0)
+    assert found.tp_per_layer == pytest.approx(0.5)
+    assert found.pp_per_action == pytest.approx(0.25)
+    # A runtime never gives time back; a strategy the model cannot run has no reference and costs nothing.
+    quick = residuals(calibration, 2, configs, {"ddp": predicted["ddp"] - 1.0})
+    assert quick == dataclasses.replace(quick, ddp_per_step=0.0, zero1_per_step=0.0, tp_per_layer=0.0)
+    assert "tp" not in reference_configs(dataclasses.replace(calibrated, model="cnn", preset="tiny"),
+                                         str(tmp_path / "reference.jsonl"), 2)
 
 
 def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_run_has() -> None:
@@ -346,15 +355,6 @@ def test_zero1_pays_a_broadcast_per_parameter_tensor() -> None:
     scenario = Scenario("zero1", 2, 16)
     extra = predict_step(many, scenario, 1).step_ms - predict_step(one, scenario, 1).step_ms
     assert extra == pytest.approx(2 * 9 * 0.5)  # two blocks, nine more broadcasts each
-
-
-def test_the_reference_zero1_residual_is_beyond_its_per_tensor_broadcasts() -> None:
-    from bench.predict.runtime import overheads
-
-    steps = {"single": 1.0, "ddp": 3.0, "zero1": 6.0, "fsdp": 11.0, "tp": 5.0, "pp": 20.0}
-    latency = {**FREE, "broadcast": Curve([(1, 0.25), (2**30, 0.25)])}
-    found = overheads(steps, latency, 2, 5, 2, 4, [400] * 5, 256, tensor_bytes=[200] * 10)
-    assert found.zero1_per_step == pytest.approx(6.0 - 3.0 - 10 * 0.25)
 
 
 def test_the_slowdown_is_never_below_the_cores_share(monkeypatch: pytest.MonkeyPatch) -> None:

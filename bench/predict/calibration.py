@@ -7,6 +7,7 @@ from another's would be a guess presented as a prediction, so ``check_matches`` 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -197,6 +198,11 @@ class Calibration:
 
     def overlap_for(self, ranks: int) -> float:
         return self.communication[self._nearest_ranks(ranks)].overlap if self.communication else 1.0
+
+    def with_runtime(self, ranks: int, runtime: RuntimeOverheads) -> Calibration:
+        """This calibration with ``runtime`` as the residuals on ``ranks`` processes (measured there)."""
+        measured = dataclasses.replace(self.communication[ranks], runtime=runtime)
+        return dataclasses.replace(self, communication={**self.communication, ranks: measured})
 
     def _nearest_ranks(self, ranks: int) -> int:
         if not self.communication:

@@ -24,7 +24,7 @@ from bench.predict.compute import compute_costs, slowdown
 from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
 from bench.predict.hardware import RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
-from bench.predict.runtime import reference_configs, reference_overheads
+from bench.predict.runtime import reference_batches, reference_configs, residuals
 from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
@@ -109,13 +109,14 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     import torch
 
     make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
-    batches = calibration_batches(config.batch_size, devices, microbatches)
+    parallel = sorted(d for d in set(devices) if d > 1)
+    batches = sorted({*calibration_batches(config.batch_size, devices, microbatches),
+                      *(n for d in parallel for n in reference_batches(d))})
     cuda = config.accelerator == "cuda"
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
     costs = {}
-    parallel = sorted(d for d in set(devices) if d > 1)
     steps = tqdm(total=len(threads) + len(parallel), desc="calibrate", unit="step")
     before = torch.get_num_threads()
     for t in threads:
@@ -125,26 +126,33 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     torch.set_num_threads(before)
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
     ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
-    communication, slow = {}, {}
+    communication, slow, references = {}, {}, {}
     for d in parallel:
-        if d in ranks:
-            communication[d] = _communication(config.accelerator, d, largest)
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
+        if d in ranks:
+            communication[d], references[d] = _communication(config, d, largest)
         steps.update()
     steps.close()
     env = environment()
-    return Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
-                       machine_identity(env), costs, communication, slow, env)
+    calibration = Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
+                              machine_identity(env), costs, communication, slow, env)
+    # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs.
+    for d, (configs, step_ms) in references.items():
+        calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
+    return calibration
 
 
-def _communication(accelerator: str, ranks: int, largest: int) -> Communication:
-    """The collectives, the runtimes' residuals and the overlap, measured on ``ranks`` processes."""
+def _communication(config: RunConfig, ranks: int, largest: int) -> tuple[
+        Communication, tuple[dict[str, RunConfig], dict[str, float]]]:
+    """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
+    known), and the reference runs there with their median steps."""
     with tempfile.TemporaryDirectory() as folder:
-        references = reference_configs(str(Path(folder) / "reference.jsonl"), accelerator, ranks)
-        curves, reference_ms = measure_collectives(ranks, accelerator, default_sizes(largest), references=references)
+        references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
+        curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
+                                                   references=references)
     overlap = reference_ms.pop("overlap")
-    return Communication(curves, reference_overheads(reference_ms, curves, ranks), overlap)
+    return Communication(curves, overlap=overlap), (references, reference_ms)
 
 
 def scenario_for(config: RunConfig) -> Scenario:

@@ -81,13 +81,10 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
     device = topo.devices[0]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     results: dict[str, list[tuple[int, float]]] = {}
-    # The reference runs (bench/predict/runtime.py): single outside the group, in both processes at once,
-    # as the others run; then each distributed strategy in the group.
-    steps = {"single": statistics.median(step_times_ms(train(references["single"]).ranks))} if references else {}
+    steps: dict[str, float] = {}
     with process_group(topo, timeout_s):
-        for name, config in references.items():
-            if name != "single":
-                steps[name] = statistics.median(step_times_ms(train(config).ranks))
+        for name, config in references.items():  # the runtimes' reference runs (bench/predict/runtime.py)
+            steps[name] = statistics.median(step_times_ms(train(config).ranks))
         for name in OPERATIONS:
             points = []
             for size in sizes:
