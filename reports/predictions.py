@@ -2,6 +2,9 @@
 
 A configuration's error is its predicted step time over the median of its measured (undisturbed)
 repeats, minus 1: positive means the prediction was pessimistic. Every predicted figure is labelled so.
+Beside it, how far the measurement strays from itself: its repeats' largest distance from their median
+(``repeats stray``), and whether the prediction falls inside the repeats' range. An error no larger
+than the repeats' own stray cannot be told from the measurement's noise.
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     data = runs.dropna(subset=["predicted_step_time_ms"]).copy()
     data["error"] = data["predicted_step_time_ms"] / data["step_time_ms"] - 1
+    low = data.get("step_time_ms_min", data["step_time_ms"])
+    high = data.get("step_time_ms_max", data["step_time_ms"])
+    data["repeats stray"] = ((high - data["step_time_ms"]).combine(data["step_time_ms"] - low, max)
+                             / data["step_time_ms"])
+    data["within repeats"] = (data["predicted_step_time_ms"] >= low) & (data["predicted_step_time_ms"] <= high)
+    data["measured range ms"] = [f"{a:.3g}-{b:.3g}" for a, b in zip(low, high, strict=True)]
     table = data.sort_values(["panel", "devices", "variant"])[
-        ["panel", "devices", "variant", "global_batch", "step_time_ms", "predicted_step_time_ms", "error",
-         "emulated"]]
+        ["panel", "devices", "variant", "global_batch", "step_time_ms", "measured range ms",
+         "predicted_step_time_ms", "error", "repeats stray", "within repeats", "emulated"]]
     return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
 
 
@@ -39,11 +48,17 @@ def error_by_devices(errors: pd.DataFrame) -> pd.DataFrame:
     if errors.empty:
         return errors
     data = errors.assign(abs_error=errors["error"].abs())
-    rows = [{"devices": str(devices), "configurations": len(group), "median |error|": group["abs_error"].median(),
-             "max |error|": group["abs_error"].max()} for devices, group in data.groupby("devices", sort=True)]
-    rows.append({"devices": "all", "configurations": len(data), "median |error|": data["abs_error"].median(),
-                 "max |error|": data["abs_error"].max()})
-    return pd.DataFrame(rows)
+    groups = [(str(devices), group) for devices, group in data.groupby("devices", sort=True)]
+    return pd.DataFrame([_summary(name, group) for name, group in [*groups, ("all", data)]])
+
+
+def _summary(devices: str, group: pd.DataFrame) -> dict[str, object]:
+    row: dict[str, object] = {"devices": devices, "configurations": len(group),
+                              "median |error|": group["abs_error"].median(), "max |error|": group["abs_error"].max()}
+    if "repeats stray" in group:  # the measurement's own noise, the floor an error is read against
+        row["median repeats stray"] = group["repeats stray"].median()
+        row["within repeats"] = f"{int(group['within repeats'].sum())} of {len(group)}"
+    return row
 
 
 def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
@@ -89,9 +104,12 @@ def prediction_section(runs: pd.DataFrame, fastest: pd.DataFrame) -> Section | N
         "Each configuration's PREDICTED step time (`bench sweep` predicts every run before it starts it, from a "
         "`bench calibrate` file of this machine: per-block compute, collectives by size, the slowdown of "
         "processes sharing cores) against its measured median; error = predicted / measured - 1 (positive: the "
-        "prediction was pessimistic). Then per strategy, and per device count, the median and largest |error|, "
-        "and per panel whether the predicted fastest is the measured fastest (or one of a measured tie), with the "
-        "rank correlation of the two orders."],
+        "prediction was pessimistic). `repeats stray` is how far the configuration's repeats strayed from their "
+        "own median (the largest |repeat / median - 1|), `within repeats` whether the prediction fell inside "
+        "their range: an error within the stray cannot be told from the measurement's noise. Then per strategy, "
+        "and per device count, the median and largest |error| beside the median stray, and per panel whether "
+        "the predicted fastest is the measured fastest (or one of a measured tie), with the rank correlation "
+        "of the two orders."],
         [errors.round(3), error_by_strategy(errors, runs).round(3), error_by_devices(errors).round(3),
          ranking(runs, fastest)])
 

@@ -40,6 +40,8 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
         row.update(
             samples_per_s=statistics.median(throughput),
             step_time_ms=statistics.median(used["step_time_ms"]),
+            step_time_ms_min=used["step_time_ms"].min(),
+            step_time_ms_max=used["step_time_ms"].max(),
             repeats=len(used),
             disturbed_runs=int(left_out(group).sum()),
             all_disturbed=quiet.empty,

@@ -387,3 +387,21 @@ def test_the_slowdown_counts_the_waits_between_steps() -> None:
         now[0] += 0.001 + (0.006 if i % 4 == 3 else 0.0)
 
     assert mean_step_s(step, 0.1, clock) == pytest.approx(0.0025, rel=0.05)
+
+
+def test_the_report_reads_each_error_against_the_repeats_own_stray() -> None:
+    import pandas as pd
+
+    from reports.predictions import error_by_devices, prediction_errors
+
+    runs = pd.DataFrame({
+        "panel": ["mlp"] * 2, "devices": [2, 2], "variant": ["ddp", "pp"], "global_batch": [64] * 2,
+        "step_time_ms": [100.0, 100.0], "step_time_ms_min": [80.0, 98.0], "step_time_ms_max": [130.0, 101.0],
+        "predicted_step_time_ms": [120.0, 95.0], "emulated": [True] * 2})
+    errors = prediction_errors(runs).set_index("variant")
+    assert errors.loc["ddp", "repeats stray"] == pytest.approx(0.3)  # the 130 ms repeat
+    assert errors.loc["ddp", "within repeats"] and not errors.loc["pp", "within repeats"]  # 95 is below 98
+    assert errors.loc["pp", "repeats stray"] == pytest.approx(0.02)
+    summary = error_by_devices(prediction_errors(runs)).set_index("devices")
+    assert summary.loc["2", "within repeats"] == "1 of 2"
+    assert summary.loc["2", "median repeats stray"] == pytest.approx(0.16)
