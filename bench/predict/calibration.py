@@ -113,8 +113,8 @@ class RuntimeOverheads:
 
     ddp_per_step: float = 0.0
     zero1_per_step: float = 0.0
-    """Beyond ddp's: ZeroRedundancyOptimizer's own work per step (its shards' bookkeeping, one broadcast
-    call per parameter)."""
+    """Beyond ddp's: ZeroRedundancyOptimizer's own work per step beyond its broadcasts (one per parameter
+    tensor, counted from the curve)."""
     fsdp_per_block: float = 0.0
     tp_per_layer: float = 0.0
     """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
