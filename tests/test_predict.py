@@ -250,6 +250,23 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
                                          str(tmp_path / "reference.jsonl"), 2)
 
 
+def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:
+    from bench.predict.cli import scenario_for
+    from bench.predict.runtime import reference_configs, residuals
+
+    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+    assert "hybrid" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
+    configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
+    assert (configs["hybrid"].dp, configs["hybrid"].pp) == (2, 2)
+    base = _calibration(5)
+    calibration = dataclasses.replace(base, communication={4: base.communication[2]})
+    predicted = predict_step(calibration, scenario_for(configs["hybrid"]), 1).step_ms
+    found = residuals(calibration, 4, {"hybrid": configs["hybrid"]}, {"hybrid": predicted + 3.0})
+    assert found.hybrid_per_step == pytest.approx(3.0)
+    with_it = predict_step(calibration.with_runtime(4, found), scenario_for(configs["hybrid"]), 1).step_ms
+    assert with_it == pytest.approx(predicted + 3.0)
+
+
 def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_run_has() -> None:
     two = {**FREE, "all_reduce": Curve([(1, 1.0), (2**30, 1.0)])}
     four = {**FREE, "all_reduce": Curve([(1, 5.0), (2**30, 5.0)])}

@@ -119,6 +119,9 @@ class RuntimeOverheads:
     tp_per_layer: float = 0.0
     """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
     pp_per_action: float = 0.0
+    hybrid_per_step: float = 0.0
+    """dp x pp beyond pp's per action: the replicas' gradient averaging by hand (strategies/ddp.py's
+    ReplicaAverager) and the two meshes' groups, per step."""
 
 
 @dataclass(frozen=True)

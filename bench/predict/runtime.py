@@ -3,11 +3,12 @@
 Hooks, bucketing, DTensor dispatch, a pipeline schedule's bookkeeping per action: none of it is in a
 block's compute or a collective's curve, and on small models it is most of a step (a 2-rank pp step of
 the tiny mlp idles most of its time between actions). So calibration runs the suite's own ``ddp``,
-``zero1``, ``fsdp``, ``tp`` and ``pp`` on the model being calibrated, at a small batch, on N processes,
-and keeps what each step took beyond what the cost models (bench/predict/costs.py) predict for that very
-run with no runtime cost, in the unit it grows with: per step (ddp; zero1 beyond ddp), per block (fsdp),
-per parallelized layer (tp), per schedule action (pp). Each device count is measured on that many
-processes: on shared cores 4 ranks wait for each other far longer than 2 do.
+``zero1``, ``fsdp``, ``tp``, ``pp`` and (on 4 ranks or more) ``hybrid`` dp x pp on the model being
+calibrated, at a small batch, on N processes, and keeps what each step took beyond what the cost models
+(bench/predict/costs.py) predict for that very run with no runtime cost, in the unit it grows with: per
+step (ddp; zero1 beyond ddp), per block (fsdp), per parallelized layer (tp), per schedule action (pp),
+per step beyond pp's (hybrid). Each device count is measured on that many processes: on shared cores 4
+ranks wait for each other far longer than 2 do.
 
 The runtimes' cost is the model's own: one reference model for all (the tiny mlp, 2 parameter tensors
 per block) left the transformer (16 per block, attention's DTensor views) 20-45% slower under ddp, fsdp,
@@ -29,10 +30,10 @@ REFERENCE_STEPS = 24
 """Timed steps per reference run. Their steps take milliseconds, and the median of 8 left zero1's residual
 on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM (4.8 and 4.8 in two
 with 24)."""
-REFERENCE_STRATEGIES = ("ddp", "zero1", "fsdp", "tp", "pp")
-"""In this order: zero1's residual is what it costs beyond ddp's."""
+REFERENCE_STRATEGIES = ("ddp", "zero1", "fsdp", "tp", "pp", "hybrid")
+"""In this order: zero1's residual is what it costs beyond ddp's, hybrid's beyond pp's."""
 UNITS = {"ddp": "ddp_per_step", "zero1": "zero1_per_step", "fsdp": "fsdp_per_block", "tp": "tp_per_layer",
-         "pp": "pp_per_action"}
+         "pp": "pp_per_action", "hybrid": "hybrid_per_step"}
 
 
 def reference_batches(ranks: int) -> list[int]:
@@ -50,7 +51,11 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, 
                      steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
     for name in REFERENCE_STRATEGIES:
-        extra = {"microbatches": MICROBATCHES} if name == "pp" else {}
+        extra: dict[str, int] = {"microbatches": MICROBATCHES} if name in ("pp", "hybrid") else {}
+        if name == "hybrid":
+            if ranks < 4 or ranks % 2:  # 2 replicas of a pipeline of at least 2 stages
+                continue
+            extra |= {"dp": 2, "pp": ranks // 2}
         try:
             configs[name] = resolve(dataclasses.replace(base, strategy=name, **extra))
         except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than ranks): never predicted
