@@ -293,10 +293,8 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     update = calibration.optimizer_ms(threads, stage_parameters) * all_at_work
     # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
     # all-reduce runs after it, exposed.
-    averaging = 0.0
-    if replicas > 1:
-        averaging = (calibration.collective_ms("all_reduce", stage_parameters * 4, replicas)
-                     + calibration.runtime_for(scenario.devices).hybrid_per_step)
+    averaging = (calibration.collective_ms("all_reduce", stage_parameters * 4, replicas)
+                 + calibration.runtime_for(scenario.devices).hybrid_per_step) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
     # The step's own, once per schedule; the blocks were timed as a stage runs them (compute.py), so a
