@@ -154,17 +154,13 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
     exposed += calibration.runtime_for(n).ddp_per_step + 3 * calibration.copy_ms(threads, 4 * parameters) * slow
     if scenario.strategy == "zero1":
         update = calibration.optimizer_ms(threads, parameters / n) * slow
-        exposed += zero1_broadcasts_ms(calibration, blocks, n) + calibration.runtime_for(n).zero1_per_step
+        # ZeroRedundancyOptimizer syncs tensor by tensor (parameters_as_bucket_view=False, its default), each
+        # from the rank that updated it: many small tensors pay a broadcast's latency each.
+        exposed += sum(calibration.collective_ms("broadcast", 4 * t, n) for b in blocks for t in b.tensor_sizes())
+        exposed += calibration.runtime_for(n).zero1_per_step
     else:
         update = calibration.optimizer_ms(threads, parameters) * slow
     return StepPrediction(clock + exposed + update, clock, exposed, update)
-
-
-def zero1_broadcasts_ms(calibration: CostSource, blocks: list[BlockCost], ranks: int) -> float:
-    """ZeroRedundancyOptimizer's parameter sync: every parameter tensor broadcast from the rank that
-    updated it, one tensor at a time (its default, ``parameters_as_bucket_view=False``): a model of many
-    small tensors pays a broadcast's latency per tensor, not its bytes once."""
-    return sum(calibration.collective_ms("broadcast", 4 * t, ranks) for b in blocks for t in b.tensor_sizes())
 
 
 def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
