@@ -8,7 +8,6 @@ from pathlib import Path
 
 from bench.cli_args import fail
 from bench.records import RecordError
-from reports.build import report_from_files
 
 
 def check_output_folder(out: Path) -> None:
@@ -29,6 +28,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # Imported here: seaborn and matplotlib take a second or more, which every bench process (each
+    # rank of every run) would otherwise pay.
+    from reports.build import report_from_files
+
     try:
         check_output_folder(args.out)
         for path in args.results:

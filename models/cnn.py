@@ -5,18 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
-from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 from models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    # torchvision is imported where a ResNet is built: importing it takes seconds, and every process
+    # the suite starts (each rank of every run) would pay them for any model.
+    from torchvision.models.resnet import ResNet
 
 
 @dataclass(frozen=True)
 class CNNPreset:
-    block: type[BasicBlock] | type[Bottleneck]
-    """torchvision's residual block type."""
+    block: Literal["basic", "bottleneck"]
+    """torchvision's residual block type: BasicBlock or Bottleneck."""
     layers: tuple[int, int, int, int]
     """Residual blocks per ResNet stage: (2, 2, 2, 2) is ResNet-18, Bottleneck (3, 4, 6, 3) ResNet-50."""
     image_size: int
@@ -29,9 +34,9 @@ class CNNPreset:
 
 PRESETS = {
     # A four-block ResNet ("ResNet-10"): the real torchvision blocks, small enough for tests.
-    "tiny": CNNPreset(BasicBlock, (1, 1, 1, 1), image_size=32, classes=10, batch_size=8),
-    "small": CNNPreset(BasicBlock, (2, 2, 2, 2), image_size=32, classes=10, batch_size=32),
-    "large": CNNPreset(Bottleneck, (3, 4, 6, 3), image_size=224, classes=1000, batch_size=128),
+    "tiny": CNNPreset("basic", (1, 1, 1, 1), image_size=32, classes=10, batch_size=8),
+    "small": CNNPreset("basic", (2, 2, 2, 2), image_size=32, classes=10, batch_size=32),
+    "large": CNNPreset("bottleneck", (3, 4, 6, 3), image_size=224, classes=1000, batch_size=128),
 }
 
 NORMS = ("batch", "group")
@@ -57,8 +62,11 @@ def resnet_blocks(resnet: ResNet) -> nn.Sequential:
 
 def build(preset: str, norm: str = "batch") -> ModelSpec:
     """Builds the ResNet of ``preset`` with the chosen normalisation."""
+    from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
+
     p = PRESETS[preset]
-    resnet = ResNet(p.block, list(p.layers), num_classes=p.classes, norm_layer=norm_layer(norm))
+    block = BasicBlock if p.block == "basic" else Bottleneck
+    resnet = ResNet(block, list(p.layers), num_classes=p.classes, norm_layer=norm_layer(norm))
 
     def make_batch(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         images = torch.randn(n, 3, p.image_size, p.image_size, generator=generator)

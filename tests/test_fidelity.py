@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli
+from bench.baselines.plain_fsdp import plain_fsdp_step_times
 from bench.config import RunConfig, resolve
 from bench.fidelity import loops
 from bench.fidelity.loops import Comparison, fsdp_fidelity_config, fsdp_vs_plain_fsdp
@@ -81,7 +82,7 @@ def test_the_fsdp_comparison_gives_the_plain_script_the_same_resharding_and_repo
     result = fsdp_vs_plain_fsdp(config, rounds=3)
     ((given, rounds, script),) = handed
     assert given is config and rounds == 3
-    assert isinstance(script, functools.partial) and script.func is loops.plain_fsdp_step_times
+    assert isinstance(script, functools.partial) and script.func is plain_fsdp_step_times
     assert script.keywords == {"reshard_after_forward": reshard}
     assert (result.comparison, result.name) == ("fsdp-vs-plain-fsdp", "fsdp vs plain FSDP2 script (2 processes)")
     assert (result.suite_ms, result.baseline_ms) == pytest.approx((11.0, 12.0))

@@ -17,7 +17,6 @@ import torch
 import torch.multiprocessing as mp
 
 from bench.baselines.plain_ddp import plain_ddp_step_times
-from bench.baselines.plain_fsdp import plain_fsdp_step_times
 from bench.baselines.plain_loop import plain_step_times
 from bench.config import RunConfig, resolve
 from bench.fidelity.results import (
@@ -171,6 +170,9 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
 def fsdp_vs_plain_fsdp(config: RunConfig, rounds: int) -> Comparison:
     """The ``fsdp`` strategy on 2 processes against the FSDP2 tutorial's script, same model, global
     batch and resharding; measured as ``ddp_vs_plain_ddp`` is, ``config`` from ``fsdp_fidelity_config``."""
+    # Imported here, as strategies/fsdp.py imports FSDP2: a second of import every bench process would pay.
+    from bench.baselines.plain_fsdp import plain_fsdp_step_times
+
     script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
     suite, plain = _side_by_side(config, rounds, script)
     return Comparison.from_rounds(
