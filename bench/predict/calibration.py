@@ -31,12 +31,16 @@ class Line:
     points: tuple[tuple[float, float], ...] = ()
 
     def at(self, samples: float) -> float:
+        return max(0.0, self.signed_at(samples))
+
+    def signed_at(self, samples: float) -> float:
+        """As ``at``, below zero where the measurements go there (a difference of two times may)."""
         if len(self.points) < 2:
-            return max(0.0, self.fixed + self.per_sample * samples)
+            return self.fixed + self.per_sample * samples
         sizes = [n for n, _ in self.points]
         i = min(max(bisect.bisect_left(sizes, samples), 1), len(sizes) - 1)
         (n0, t0), (n1, t1) = self.points[i - 1], self.points[i]
-        return max(0.0, t0 + (t1 - t0) / (n1 - n0) * (samples - n0))
+        return t0 + (t1 - t0) / (n1 - n0) * (samples - n0)
 
     @classmethod
     def fit(cls, points: list[tuple[float, float]]) -> Line:
@@ -163,7 +167,9 @@ class Calibration:
         return self.threads[self._nearest(threads)].blocks
 
     def overhead_ms(self, threads: int, samples: float) -> float:
-        return self.threads[self._nearest(threads)].step_overhead_ms.at(samples)
+        """A whole plain step less its blocks and update: below zero where whole passes ran faster
+        than their blocks timed one by one."""
+        return self.threads[self._nearest(threads)].step_overhead_ms.signed_at(samples)
 
     def copy_ms(self, threads: int, size: float) -> float:
         return self.threads[self._nearest(threads)].copy_ms_per_byte * size

@@ -120,13 +120,11 @@ def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) 
     blocks = calibration.blocks(threads)
     samples = scenario.global_batch / microbatches
     forward, backward = _pass(blocks, range(len(blocks)), samples)
-    # Each micro-batch is a pass of its own through every block: it pays a pass's overhead (the autograd
-    # engine's start, Python), as the calibration's whole steps measured. The blocks were timed a pass
-    # at a time with a backward call each (bench/predict/compute.py), as mp's stages run them: where a
-    # whole step ran faster than their sum (a negative overhead), mp gets nothing back.
+    # Each micro-batch is a pass of its own through every block: it pays, or gains, what a whole pass
+    # did beyond its blocks timed one by one in the calibration's plain steps. Gains too: mp's passes
+    # ran as fast as whole ones (the small transformer's mp on 2 and on 4 devices alike 20% under the
+    # blocks' sum, where whole passes had measured 15-30% under it).
     overhead = calibration.overhead_ms(threads, samples)
-    if microbatches > 1:
-        overhead = max(0.0, overhead)
     compute = (forward + backward + overhead) * microbatches
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
     notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
@@ -138,7 +136,7 @@ def _data_parallel(calibration: CostSource, scenario: Scenario) -> StepPredictio
     threads = threads_per_process(n)
     blocks, slow = calibration.blocks(threads), calibration.slowdown_for(n)
     samples = scenario.global_batch / n
-    forward = (sum(b.forward_ms.at(samples) for b in blocks) + calibration.overhead_ms(threads, samples)) * slow
+    forward = (sum(b.forward_ms.at(samples) for b in blocks) + _overhead(calibration, threads, samples)) * slow
     # The backward runs from the last block; a bucket's all-reduce starts once its blocks are done.
     clock, comm_free, bucket, cap, communication = forward, forward, 0.0, FIRST_BUCKET_BYTES, 0.0
     for i in reversed(range(len(blocks))):
@@ -185,7 +183,7 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
         started = max(compute, comm)
         compute = started + backward[i]
         comm = max(comm, compute) + reduce[i]
-    overhead = (calibration.overhead_ms(threads, samples) * slow
+    overhead = (_overhead(calibration, threads, samples) * slow
                 + calibration.runtime_for(n).fsdp_per_block * len(blocks))
     # FSDP2 copies each shard into the all-gather's buffer and the gathered block out of it, and each
     # block's gradients into the reduce-scatter's: about 2 passes over a block's bytes per collective.
@@ -198,6 +196,13 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     end = busy + exposed
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
     return StepPrediction(end + update, busy, end - busy, update)
+
+
+def _overhead(calibration: CostSource, threads: int, samples: float) -> float:
+    """A whole step's own overhead as the multi-process strategies take it: never below zero. Their
+    runtimes' residuals were measured against predictions that take it so (runtime.py) and hold
+    whatever their steps gained or lost beyond it, never below zero either."""
+    return max(0.0, calibration.overhead_ms(threads, samples))
 
 
 def _partly_hidden(exposed: float, communication: float, overlap: float) -> float:
@@ -219,7 +224,7 @@ def _tensor_parallel(calibration: CostSource, scenario: Scenario) -> StepPredict
         # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
         activation = block.output_bytes_per_sample * samples
         comm += 2 * pairs.get(i, 0) * calibration.collective_ms("all_reduce", activation, n)
-    compute += calibration.overhead_ms(threads, samples) * slow
+    compute += _overhead(calibration, threads, samples) * slow
     comm += calibration.runtime_for(n).tp_per_layer * sum(scenario.tp_layers)
     sharded = sum(blocks[i].parameters for i in pairs)
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks) - sharded * (1 - 1 / n)) * slow
@@ -293,8 +298,7 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
                  + calibration.runtime_for(scenario.devices).hybrid_per_step) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
-    # The step's own, once per schedule; the blocks were timed as a stage runs them (compute.py), so a
-    # whole step that ran faster than its blocks' sum (negative) gives nothing back here.
-    overhead = max(0.0, calibration.overhead_ms(threads, samples * m)) * all_at_work
+    # The step's own, once per schedule.
+    overhead = _overhead(calibration, threads, samples * m) * all_at_work
     return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                           simulated_bubble(spans), spans, notes)
