@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tqdm import tqdm
 
 import models
 from bench.checkpoint import load_checkpoint
@@ -131,23 +134,31 @@ def check(want: RunConfig, strategy: str, devices: int, options: dict[str, int],
 def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: int, steps: int,
            timeout_s: float) -> list[dict[str, object]]:
     """One verify row per strategy and model, and per hybrid mesh (skipped ones carry the reason)."""
-    rows = []
+    plan = [(model, strategy, *run) for model in model_names for strategy in strategies
+            for run in candidates(strategy, model, devices)]
+    bar = tqdm(total=len(model_names) + len(plan), desc="verify", unit="run", file=sys.stderr, dynamic_ncols=True)
+    rows, references = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         folder = Path(tmp)
-        for model in model_names:
-            want = resolve(dataclasses.replace(reference_config(model, folder, steps),
-                                               save_checkpoint=str(folder / f"single-{model}.pt")))
-            reference_run = run_child(want, timeout_s)
-            for strategy in strategies:
-                for size, options, skipped in candidates(strategy, model, devices):
-                    row: dict[str, object] = {
-                        "record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
-                        "devices": size, "max_param_diff": None, "max_loss_diff": None, "passed": False}
-                    rows.append(row)
-                    if reference_run.status != "ok":
-                        row["reason"] = f"reference run {reference_run.status}: {reference_run.reason}"
-                    else:
-                        row.update(check(want, strategy, size, options, folder, timeout_s, skipped))
+        for model, strategy, size, options, skipped in plan:
+            if model not in references:
+                bar.set_postfix_str(f"single {model}")
+                want = resolve(dataclasses.replace(reference_config(model, folder, steps),
+                                                   save_checkpoint=str(folder / f"single-{model}.pt")))
+                references[model] = want, run_child(want, timeout_s)
+                bar.update()
+            want, reference_run = references[model]
+            bar.set_postfix_str(f"{strategy} {model} x{size}")
+            row: dict[str, object] = {
+                "record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
+                "devices": size, "max_param_diff": None, "max_loss_diff": None, "passed": False}
+            rows.append(row)
+            if reference_run.status != "ok":
+                row["reason"] = f"reference run {reference_run.status}: {reference_run.reason}"
+            else:
+                row.update(check(want, strategy, size, options, folder, timeout_s, skipped))
+            bar.update()
+    bar.close()
     return rows
 
 
