@@ -121,9 +121,8 @@ def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) 
     samples = scenario.global_batch / microbatches
     forward, backward = _pass(blocks, range(len(blocks)), samples)
     # Each micro-batch is a pass of its own through every block: it pays, or gains, what a whole pass
-    # did beyond its blocks timed one by one in the calibration's plain steps. Gains too: mp's passes
-    # ran as fast as whole ones (the small transformer's mp on 2 and on 4 devices alike 20% under the
-    # blocks' sum, where whole passes had measured 15-30% under it).
+    # did beyond its blocks timed one by one in the calibration's plain steps, so that single is
+    # predicted as the plain step the calibration measured at that batch, and mp as M of them.
     overhead = calibration.overhead_ms(threads, samples)
     compute = (forward + backward + overhead) * microbatches
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
