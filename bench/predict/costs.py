@@ -123,8 +123,7 @@ def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) 
     # Each micro-batch is a pass of its own through every block: it pays, or gains, what a whole pass
     # did beyond its blocks timed one by one in the calibration's plain steps, so that single is
     # predicted as the plain step the calibration measured at that batch, and mp as M of them.
-    overhead = calibration.overhead_ms(threads, samples)
-    compute = (forward + backward + overhead) * microbatches
+    compute = (forward + backward + calibration.overhead_ms(threads, samples)) * microbatches
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
     notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
     return StepPrediction(compute + update, compute, 0.0, update, notes=notes)
@@ -198,9 +197,8 @@ def _fsdp(calibration: CostSource, scenario: Scenario) -> StepPrediction:
 
 
 def _overhead(calibration: CostSource, threads: int, samples: float) -> float:
-    """A whole step's own overhead as the multi-process strategies take it: never below zero. Their
-    runtimes' residuals were measured against predictions that take it so (runtime.py) and hold
-    whatever their steps gained or lost beyond it, never below zero either."""
+    """A whole step's own overhead as the multi-process strategies take it: never below zero, as their
+    runtimes' residuals (runtime.py) were measured against predictions that took it so."""
     return max(0.0, calibration.overhead_ms(threads, samples))
 
 
@@ -264,15 +262,13 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     costs = [_pass(blocks, part, samples) for part in parts]
     sends = [calibration.collective_ms("send_recv", blocks[part[-1]].output_bytes_per_sample * samples, 2)
              for part in parts]
-
-    per_action = calibration.runtime_for(scenario.devices).pp_per_action
-
+    runtime = calibration.runtime_for(scenario.devices)
     slows: dict[Action, float] = {}
 
     def duration(action: Action) -> float:
         forward, backward = costs[action.stage]
         share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2, BACKWARD_WEIGHT: backward / 2}
-        return share[action.kind] * slows.get(action, all_at_work) + per_action
+        return share[action.kind] * slows.get(action, all_at_work) + runtime.pp_per_action
 
     def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
         return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
@@ -294,7 +290,7 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
     # all-reduce runs after it, exposed.
     averaging = (calibration.collective_ms("all_reduce", stage_parameters * 4, replicas)
-                 + calibration.runtime_for(scenario.devices).hybrid_per_step) if replicas > 1 else 0.0
+                 + runtime.hybrid_per_step) if replicas > 1 else 0.0
     split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
     notes = ["I and W are taken as half a backward each"] if split else []
     # The step's own, once per schedule.
