@@ -101,6 +101,16 @@ def test_passes_in_one_process_gain_what_whole_steps_ran_under_their_blocks_and_
     assert predict_step(calibration, Scenario("ddp", 2, 64), 1).step_ms == pytest.approx(12.0 + 5.0)
 
 
+def test_mp_pays_its_runtime_per_micro_batch_at_its_own_stage_count_and_single_does_not() -> None:
+    calibration = _calibration(4, update=5.0)
+    # mp's reference run on 2 stages took 0.75 ms a micro-batch beyond its passes.
+    calibration = calibration.with_runtime(2, RuntimeOverheads(mp_per_microbatch=0.75))
+    assert predict_step(calibration, Scenario("mp", 2, 64, microbatches=4), 1).step_ms == pytest.approx(
+        4 * (12.0 + 0.75) + 5.0)
+    assert predict_step(calibration, Scenario("single", 1, 64), 1).step_ms == pytest.approx(12.0 + 5.0)
+    assert predict_step(calibration, Scenario("ddp", 2, 64), 1).step_ms == pytest.approx(12.0 + 5.0)
+
+
 def test_one_bucket_that_fills_at_the_end_of_the_backward_is_wholly_exposed() -> None:
     all_reduce = Curve([(1, 7.0), (2**30, 7.0)])  # 7 ms whatever the size
     calibration = _calibration(4, curves={**FREE, "all_reduce": all_reduce})
@@ -242,21 +252,25 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
 
     calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
-    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp"}
-    assert {c.model for c in configs.values()} == {"mlp"} and configs["pp"].microbatches == MICROBATCHES
+    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "mp"}
+    assert {c.model for c in configs.values()} == {"mlp"}
+    assert configs["pp"].microbatches == configs["mp"].microbatches == MICROBATCHES
     calibration = _calibration(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
     predicted = {name: predict_step(calibration, scenario_for(c), 1).step_ms for name, c in configs.items()}
     layers = sum(scenario_for(configs["tp"]).tp_layers)
     # Each run took its prediction plus a known runtime cost: 2 ms per ddp step (zero1 pays it too, and 1.5
-    # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path.
+    # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path,
+    # 0.75 per mp micro-batch.
     measured = {"ddp": predicted["ddp"] + 2.0, "zero1": predicted["zero1"] + 3.5, "fsdp": predicted["fsdp"] + 5.0,
-                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (MICROBATCHES + 1)}
+                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (MICROBATCHES + 1),
+                "mp": predicted["mp"] + 0.75 * MICROBATCHES}
     found = residuals(calibration, 2, configs, measured)
     assert found.ddp_per_step == pytest.approx(2.0)
     assert found.zero1_per_step == pytest.approx(1.5)
     assert found.fsdp_per_block == pytest.approx(1.0)
     assert found.tp_per_layer == pytest.approx(0.5)
     assert found.pp_per_action == pytest.approx(0.25)
+    assert found.mp_per_microbatch == pytest.approx(0.75)
     # A runtime never gives time back; a strategy the model cannot run has no reference and costs nothing.
     quick = residuals(calibration, 2, configs, {"ddp": predicted["ddp"] - 1.0})
     assert quick == dataclasses.replace(quick, ddp_per_step=0.0, zero1_per_step=0.0, tp_per_layer=0.0)

@@ -15,7 +15,7 @@ from typing import Any
 
 from strategies import ConfigError
 
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,9 @@ class RuntimeOverheads:
     hybrid_per_step: float = 0.0
     """dp x pp beyond pp's per action: the replicas' gradient averaging by hand (strategies/ddp.py's
     ReplicaAverager) and the two meshes' groups, per step."""
+    mp_per_microbatch: float = 0.0
+    """mp's per micro-batch beyond its passes through the blocks: the hand-over between its stages, the
+    micro-batch's slicing and loss, the step's spans; measured in one process at each stage count."""
 
 
 @dataclass(frozen=True)

@@ -120,10 +120,11 @@ def _in_process(calibration: CostSource, scenario: Scenario, microbatches: int) 
     blocks = calibration.blocks(threads)
     samples = scenario.global_batch / microbatches
     forward, backward = _pass(blocks, range(len(blocks)), samples)
-    # Each micro-batch is a pass of its own through every block: it pays, or gains, what a whole pass
-    # did beyond its blocks timed one by one in the calibration's plain steps, so that single is
-    # predicted as the plain step the calibration measured at that batch, and mp as M of them.
-    compute = (forward + backward + calibration.overhead_ms(threads, samples)) * microbatches
+    # Each micro-batch is a pass of its own through every block, paying (or gaining) what a whole pass did
+    # beyond its blocks in the calibration's plain steps: single is the plain step measured at that batch,
+    # mp M of them, each with mp's own runtime per micro-batch at its stage count.
+    handover = calibration.runtime_for(scenario.devices).mp_per_microbatch if scenario.strategy == "mp" else 0.0
+    compute = (forward + backward + calibration.overhead_ms(threads, samples) + handover) * microbatches
     update = calibration.optimizer_ms(threads, sum(b.parameters for b in blocks))
     notes = ["dp on the CPU is a pass-through to one device: predicted as single"] if scenario.strategy == "dp" else []
     return StepPrediction(compute + update, compute, 0.0, update, notes=notes)

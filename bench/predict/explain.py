@@ -64,12 +64,14 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
     steps = [GapStep(f"nothing: the ideal p·m/(m+p-1), p={pp.devices}, m={pp.microbatches}",
                      ideal_speedup(pp.devices, pp.microbatches))]
     added = {"update": False, "slowdown": False, "transfers": False, "runtime": False}
+    runtime = source.runtime_for(pp.devices)
     labels = {
         "stages": "the stages as split (their calibrated forward and backward times)",
         "update": "the optimizer step and the step's own overhead (not pipelined)",
         "slowdown": f"{pp.devices} processes computing at once (shared cores: x{source.slowdown_for(pp.devices):.3f})",
         "transfers": "the activations and gradients sent between stages",
-        "runtime": f"the pipeline runtime per action ({source.runtime_for(pp.devices).pp_per_action:.2f} ms)",
+        "runtime": f"the runtimes: pp's per action ({runtime.pp_per_action:.2f} ms), "
+                   f"mp's per micro-batch ({runtime.mp_per_microbatch:.2f} ms)",
     }
     for name in labels:
         if name in added:

@@ -8,7 +8,10 @@ calibrated, at a small batch, on N processes, and keeps what each step took beyo
 (bench/predict/costs.py) predict for that very run with no runtime cost, in the unit it grows with: per
 step (ddp; zero1 beyond ddp), per block (fsdp), per parallelized layer (tp), per schedule action (pp),
 per step beyond pp's (hybrid). Each device count is measured on that many processes: on shared cores 4
-ranks wait for each other far longer than 2 do.
+ranks wait for each other far longer than 2 do. ``mp`` runs in one process, so its reference run is
+timed in the calibrating process itself, per micro-batch, at each device count (its stages): a tiny
+model's micro-batch spends longer handing over between stages and in the step's bookkeeping than in its
+blocks (mp on the tiny mlp and transformer, 4 micro-batches: 29-49% slower than predicted without it).
 
 The runtimes' cost is the model's own: one reference model for all (the tiny mlp, 2 parameter tensors
 per block) left the transformer (16 per block, attention's DTensor views) 20-45% slower under ddp, fsdp,
@@ -30,10 +33,12 @@ REFERENCE_STEPS = 24
 """Timed steps per reference run. Their steps take milliseconds, and the median of 8 left zero1's residual
 on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM (4.8 and 4.8 in two
 with 24)."""
-REFERENCE_STRATEGIES = ("ddp", "zero1", "fsdp", "tp", "pp", "hybrid")
+REFERENCE_STRATEGIES = ("ddp", "zero1", "fsdp", "tp", "pp", "hybrid", "mp")
 """In this order: zero1's residual is what it costs beyond ddp's, hybrid's beyond pp's."""
+IN_PROCESS = ("mp",)
+"""The reference runs of one process, timed where calibration runs rather than on the ranks."""
 UNITS = {"ddp": "ddp_per_step", "zero1": "zero1_per_step", "fsdp": "fsdp_per_block", "tp": "tp_per_layer",
-         "pp": "pp_per_action", "hybrid": "hybrid_per_step"}
+         "pp": "pp_per_action", "hybrid": "hybrid_per_step", "mp": "mp_per_microbatch"}
 
 
 def reference_batches(ranks: int) -> list[int]:
@@ -51,7 +56,7 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, 
                      steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
     for name in REFERENCE_STRATEGIES:
-        extra: dict[str, int] = {"microbatches": MICROBATCHES} if name in ("pp", "hybrid") else {}
+        extra: dict[str, int] = {"microbatches": MICROBATCHES} if name in ("pp", "hybrid", "mp") else {}
         if name == "hybrid":
             if ranks < 4 or ranks % 2:  # 2 replicas of a pipeline of at least 2 stages
                 continue
@@ -77,6 +82,17 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
         predicted = predict_step(calibration.with_runtime(ranks, found), scenario,
                                  optimizer_states(configs[name].optimizer)).step_ms
         units = {"fsdp": len(calibration.blocks(1)), "tp": sum(scenario.tp_layers),
-                 "pp": 2 * (MICROBATCHES + ranks - 1)}.get(name, 1)
+                 "pp": 2 * (MICROBATCHES + ranks - 1), "mp": MICROBATCHES}.get(name, 1)
         found = dataclasses.replace(found, **{UNITS[name]: max(0.0, step_ms[name] - predicted) / max(1, units)})
     return found
+
+
+def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
+    """The median step of each reference run of one process (``IN_PROCESS``), run here, with this process's
+    threads (as a sweep's one-process run has every core)."""
+    import statistics
+
+    from bench.runner import step_times_ms, train
+
+    return {name: statistics.median(step_times_ms(train(config).ranks))
+            for name, config in configs.items() if name in IN_PROCESS}
