@@ -8,11 +8,12 @@ the figure it measures to a target. Each result is also a record (``kind`` ``fid
 - ``results``: the setup, the result protocol, the alternation and the record every comparison shares.
 - ``loops``: ``single``, ``ddp`` and ``fsdp`` against the PyTorch tutorials' hand-written loops.
 - ``pipeline``: ``pp``'s speed-up over ``mp`` against the ideal (with the calibrated model's
-  account of the gap), and its bubble against the theory.
+  account of the gap), run side by side with pp's bubble, which ``bubble`` holds to the theory.
 """
 
 from __future__ import annotations
 
+from bench.fidelity.bubble import BubbleCheck
 from bench.fidelity.loops import (
     Comparison,
     ddp_fidelity_config,
@@ -21,7 +22,7 @@ from bench.fidelity.loops import (
     fsdp_vs_plain_fsdp,
     single_vs_plain_loop,
 )
-from bench.fidelity.pipeline import BubbleCheck, PipelineSpeedup, pipeline_config, pp_vs_mp
+from bench.fidelity.pipeline import PipelineSpeedup, pipeline_config, pp_vs_mp
 from bench.fidelity.results import FidelityResult, Setup, fidelity_record
 
 __all__ = [
