@@ -18,6 +18,7 @@ fp32), not autocast: the policy is what FSDP2 users run, and it is recorded with
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -33,6 +34,11 @@ from strategies.shards import check_divisible, shard_range
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+
+# FSDP2 warns when a sharded module returns a view (a Linear over (n, seq, width) does): an in-place op
+# on it would skip the backward's all-gather. The suite's models and losses only read a block's output
+# (a model of one's own that writes into one would fail bench verify against single).
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(\w+\) returned a view tensor", category=UserWarning)
 
 ZERO_STAGE = {True: "ZeRO-3", False: "ZeRO-2"}
 """What --reshard-after-forward makes FSDP2: parameters freed after the forward, or kept to the backward."""
