@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.multiprocessing as mp
 
 from bench.baselines.plain_ddp import plain_ddp_step_times
 from bench.baselines.plain_loop import plain_step_times
@@ -30,7 +29,7 @@ from bench.fidelity.results import (
     settled,
 )
 from bench.launch import threads_per_process
-from bench.ranks import become_rank
+from bench.ranks import become_rank, start_ranks
 from bench.runner import step_times_ms, train
 from strategies.distributed import gather_objects, process_group, torchrun_topology
 
@@ -191,9 +190,7 @@ def _side_by_side(
     """Seconds per step in each round of ``config``'s strategy and of ``script``, alternated in the same 2
     processes."""
     with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(
-            _worker, args=(config, rounds, folder, script), nprocs=PROCESSES, join=True, start_method="spawn"
-        )
+        start_ranks(_worker, (config, rounds, folder, script), PROCESSES)
         return torch.load(os.path.join(folder, "times.pt"))
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-import torch.multiprocessing as mp
 
 from bench.config import RunConfig, resolve
 from bench.fidelity.bubble import BubbleCheck, PipelineRound, bubble_checks
@@ -34,7 +33,7 @@ from bench.launch import threads_per_process
 from bench.predict.cli import scenario_for
 from bench.predict.costs import CostSource
 from bench.predict.explain import GapStep, mp_twin, pipeline_gap
-from bench.ranks import become_rank
+from bench.ranks import become_rank, rank_context
 from bench.runner import step_times_ms, train
 from strategies.distributed import (
     destroy_process_group,
@@ -185,7 +184,7 @@ def _pipeline_rounds(
     mp_times: dict[tuple[str, int], list[list[float]]] = {
         (s, m): [] for s in sides if s != "pp" for m in microbatches}
     pp_rounds: dict[int, list[PipelineRound]] = {m: [] for m in microbatches}
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     with tempfile.TemporaryDirectory() as folder:
         inboxes = [ctx.Queue() for _ in range(PP_STAGES)]
         outbox = ctx.Queue()

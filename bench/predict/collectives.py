@@ -17,11 +17,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from bench.config import RunConfig
 from bench.predict.calibration import Curve
-from bench.ranks import become_rank
+from bench.ranks import become_rank, start_ranks
 from bench.runner import step_times_ms, train
 from strategies.distributed import process_group, torchrun_topology
 
@@ -148,8 +147,7 @@ def measure_collectives(
     """Each operation's milliseconds by bytes on ``world`` processes of this machine (a larger message
     never costs less: each point is at most every larger one's), and the median step of each reference run."""
     with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(_worker, args=(world, folder, accelerator, list(sizes), timeout_s, references or {}),
-                           nprocs=world, join=True, start_method="spawn")
+        start_ranks(_worker, (world, folder, accelerator, list(sizes), timeout_s, references or {}), world)
         measured, steps = torch.load(os.path.join(folder, "collectives.pt"))
     return {name: Curve(_monotone(points)) for name, points in measured.items()}, steps
 

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
 from bench.config import RunConfig
-from bench.ranks import become_rank
+from bench.ranks import become_rank, start_ranks
 
 
 def run_ranks(config: RunConfig, world_size: int, folder: Path, timeout_s: float = 180) -> list:
@@ -48,20 +47,10 @@ def _sequence_main(rank: int, world_size: int, configs: list[RunConfig], folder:
     torch.save(results, os.path.join(folder, f"rank{rank}.pt"))
 
 
-# Ranks start from a fork server that has imported torch, the suite and torch._dynamo (which the
-# optimizers' first step imports) once for the whole session: a spawned rank spends 4-5 s on those
-# imports before its first step on a 2-core machine. The server forks before any tensor work, so no
-# thread pool or process group is inherited.
-_FORK_SERVER = mp.get_context("forkserver")
-_FORK_SERVER.set_forkserver_preload(["torch", "torch._dynamo", "bench.runner", "strategies", "models"])
-
-
 def run_ranks_sequence(configs: list[RunConfig], world_size: int, folder: Path, timeout_s: float = 240) -> list[list]:
     """Like ``run_ranks`` for several configs in one process group: ``[config][rank]`` RunResults."""
-    context = mp.start_processes(
-        _sequence_main, args=(world_size, configs, str(folder)), nprocs=world_size, join=False,
-        start_method="forkserver",
-    )
+    # From the fork server every group of the session shares (bench/ranks.py): no import per rank.
+    context = start_ranks(_sequence_main, (world_size, configs, str(folder)), world_size, join=False)
     deadline = time.monotonic() + timeout_s
     while not context.join(timeout=1):
         if time.monotonic() > deadline:
