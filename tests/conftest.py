@@ -2,11 +2,47 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.cli import BenchRun, run_bench
+
+TINY_MLP = ("--model", "mlp", "--preset", "tiny", "--devices", "2")
 
 
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     return tmp_path / "results.jsonl"
+
+
+# A torchrun launch costs 12-15 s on 2 cores; each of these is launched once for every test that reads it.
+
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
+    """``bench run --strategy ddp --devices 2`` on the tiny mlp, 3 timed steps."""
+    return _bench_run(tmp_path_factory.mktemp("ddp-run") / "results.jsonl",
+                      "--strategy", "ddp", "--steps", "3", "--warmup", "1")
+
+
+@pytest.fixture(scope="session")
+def pp_run(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
+    """``bench run --strategy pp --devices 2 --microbatches 4`` on the tiny mlp, 3 timed steps."""
+    return _bench_run(tmp_path_factory.mktemp("pp-run") / "results.jsonl",
+                      "--strategy", "pp", "--microbatches", "4", "--steps", "3", "--warmup", "1")
+
+
+@pytest.fixture(scope="session")
+def crashing_ddp_run(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
+    """ddp on 2 ranks whose rank 1 raises at step 2 of 50; its output folder is named uniquely, so that a
+    worker that outlived the run can be found by it."""
+    out = tmp_path_factory.mktemp(f"crash-{time.monotonic_ns()}") / "results.jsonl"
+    return _bench_run(out, "--strategy", "ddp", "--steps", "50", "--warmup", "1", "--timeout-s", "30",
+                      env={"BENCH_FAULT": "1:2:raise"}, timeout=180)
+
+
+def _bench_run(out: Path, *args: str, **options: object) -> BenchRun:
+    start = time.monotonic()
+    proc = run_bench("run", *TINY_MLP, *args, "--out", str(out), **options)  # type: ignore[arg-type]
+    return BenchRun(proc, out, time.monotonic() - start)

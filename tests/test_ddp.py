@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import global_losses
 from strategies.base import Topology
-from tests.helpers.cli import run_bench
+from tests.helpers.cli import BenchRun
 from tests.helpers.equivalence import assert_matches_reference, reference
 from tests.helpers.ranks import merged_state, run_ranks, run_ranks_sequence
 
@@ -145,12 +144,11 @@ def test_many_nodes_count_gpus_per_node(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 @pytest.mark.distributed
-def test_bench_run_ddp_under_torchrun_writes_one_record_from_rank_0(results: Path) -> None:
-    proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--steps", "3", "--warmup", "1", "--out", str(results))
+def test_bench_run_ddp_under_torchrun_writes_one_record_from_rank_0(ddp_run: BenchRun) -> None:
+    proc = ddp_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("ddp mlp/tiny on 2 cpu device(s) (emulated)") == 1  # rank 1 prints nothing
-    records, bad = read_records(results)
+    records, bad = read_records(ddp_run.out)
     assert bad == [] and len(records) == 1
     record = records[0]
     assert record["processes"] == 2 and record["device_count"] == 2 and record["emulated"] is True
@@ -165,16 +163,12 @@ def test_bench_run_ddp_under_torchrun_writes_one_record_from_rank_0(results: Pat
 
 
 @pytest.mark.distributed
-def test_a_crashing_rank_ends_the_whole_run_with_its_error(results: Path) -> None:
-    marker = f"crash-{time.monotonic_ns()}"
-    out = results.parent / marker / "results.jsonl"
-    start = time.monotonic()
-    proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--steps", "50", "--warmup", "1", "--timeout-s", "30", "--out", str(out),
-                     env={"BENCH_FAULT": "1:2:raise"}, timeout=180)
+def test_a_crashing_rank_ends_the_whole_run_with_its_error(crashing_ddp_run: BenchRun) -> None:
+    proc, out = crashing_ddp_run.proc, crashing_ddp_run.out
+    marker = out.parent.name
     assert proc.returncode != 0
     assert "BENCH_FAULT: rank 1 fails at step 2 as asked" in proc.stderr
-    assert time.monotonic() - start < 120
+    assert crashing_ddp_run.seconds < 120
     assert not out.exists()
     # No worker outlives the run: none still names this run's output folder.
     survivors = []

@@ -8,7 +8,7 @@ import pytest
 
 from bench.failures import FAILURE_DIR_VARIABLE, LaunchFailure, RankFailure, note_failure, note_step, read_failures
 from bench.records import read_records
-from tests.helpers.cli import run_bench
+from tests.helpers.cli import BenchRun, run_bench
 
 RAISED = RankFailure(1, 2, "RuntimeError: injected", time_s=10.0)
 PEER_LEFT = RankFailure(0, 2, "RuntimeError: [pair.cc:547] Connection closed by peer [127.0.0.1]:1", time_s=10.5)
@@ -68,10 +68,8 @@ def test_outside_a_launch_nothing_is_written(tmp_path: Path, monkeypatch: pytest
 
 
 @pytest.mark.distributed
-def test_bench_run_ends_with_the_line_of_the_rank_that_failed_first(tmp_path: Path) -> None:
-    out = str(tmp_path / "r.jsonl")
-    proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--steps", "3", "--warmup", "1", "--out", out, env={"BENCH_FAULT": "1:2:raise"})
+def test_bench_run_ends_with_the_line_of_the_rank_that_failed_first(crashing_ddp_run: BenchRun) -> None:
+    proc = crashing_ddp_run.proc
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("bench run: rank 1 failed at step 2: RuntimeError: BENCH_FAULT: rank 1 fails at step"), last

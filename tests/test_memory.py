@@ -12,7 +12,7 @@ from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import train
 from strategies.devices import peak_memory, reset_peak_memory
-from tests.helpers.cli import run_bench
+from tests.helpers.cli import BenchRun
 
 
 def _bytes(model: str = "mlp") -> int:
@@ -66,14 +66,11 @@ def test_without_a_warm_up_step_nothing_is_tracked(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
-def test_ddp_holds_a_whole_copy_per_device_and_pipelines_say_why_they_are_not_tracked(tmp_path: Path) -> None:
-    out = tmp_path / "r.jsonl"
-    for strategy in ("ddp", "pp"):
-        proc = run_bench("run", "--strategy", strategy, "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                         "--steps", "1", "--warmup", "1", "--microbatches", "2" if strategy == "pp" else "1",
-                         "--out", str(out))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    ddp, pp = read_records(out)[0]
+def test_ddp_holds_a_whole_copy_per_device_and_pipelines_say_why_they_are_not_tracked(
+        ddp_run: BenchRun, pp_run: BenchRun) -> None:
+    for run in (ddp_run, pp_run):
+        assert run.proc.returncode == 0, run.proc.stderr[-2000:]
+    ((ddp,), _), ((pp,), _) = read_records(ddp_run.out), read_records(pp_run.out)
     assert [(d["rank"], d["parameters"], d["gradients"]) for d in ddp["memory_by_kind"]] == [
         (0, _bytes(), _bytes()), (1, _bytes(), _bytes())]
     assert all(d["temporaries"] >= _bytes() for d in ddp["memory_by_kind"])  # DDP's gradient buckets

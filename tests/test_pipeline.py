@@ -17,7 +17,7 @@ from bench.runner import global_losses
 from strategies.action_tables import theoretical_bubble
 from strategies.pipeline import torch_refusal
 from strategies.schedules import BY_NAME, available_schedules
-from tests.helpers.cli import run_bench, run_in_process
+from tests.helpers.cli import BenchRun, run_in_process
 from tests.helpers.equivalence import assert_matches_reference, reference
 from tests.helpers.ranks import merged_state, run_ranks_sequence
 
@@ -84,11 +84,9 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
 
 
 @pytest.mark.distributed
-def test_bench_run_pp_end_to_end(results: Path) -> None:
-    proc = run_bench("run", "--strategy", "pp", "--devices", "2", "--model", "mlp", "--preset", "tiny",
-                     "--microbatches", "4", "--steps", "3", "--warmup", "1", "--out", str(results))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records, bad = read_records(results)
+def test_bench_run_pp_end_to_end(pp_run: BenchRun) -> None:
+    assert pp_run.proc.returncode == 0, pp_run.proc.stderr[-3000:]
+    records, bad = read_records(pp_run.out)
     assert bad == [] and len(records) == 1
     record = records[0]
     assert record["strategy"] == "pp" and record["processes"] == 2 and record["device_count"] == 2

@@ -196,12 +196,14 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
                                                                       ("fsdp", 1), ("fsdp", 2)]
     assert all(r["kind"] == "prediction" and r["predicted_step_time_ms"] > 0 for r in records)
     out = tmp_path / "sweep.jsonl"
-    proc = run_bench("sweep", "--calibration", str(calibration), "--strategies", "single,ddp", "--models", "mlp",
-                     "--preset", "tiny", "--devices", "1,2", "--repeats", "1", "--steps", "2", "--warmup", "1",
+    # One child of each kind: a process of its own (mp) and torchrun's workers (ddp).
+    proc = run_bench("sweep", "--calibration", str(calibration), "--strategies", "mp,ddp", "--models", "mlp",
+                     "--preset", "tiny", "--devices", "2", "--repeats", "1", "--steps", "2", "--warmup", "1",
                      "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = [r for r in read_records(out)[0] if r["status"] == "ok"]
-    assert runs and all(r["prediction"]["predicted_step_time_ms"] > 0 for r in runs)
+    assert {r["strategy"] for r in runs} == {"mp", "ddp"}
+    assert all(r["prediction"]["predicted_step_time_ms"] > 0 for r in runs)
     for r in runs:
         assert r["prediction_error"] == pytest.approx(
             r["prediction"]["predicted_step_time_ms"] / r["step_time_ms_median"] - 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,15 @@ def run_bench(*args: str, timeout: float = 240, env: dict[str, str] | None = Non
         env=full_env,
         check=False,
     )
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A ``python -m bench run`` that has ended: how, what it wrote where, and in how many seconds."""
+
+    proc: subprocess.CompletedProcess
+    out: Path
+    seconds: float
 
 
 def run_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
