@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from bench.failures import FAILURE_DIR_VARIABLE, LaunchFailure, RankFailure, note_failure, note_step, read_failures
 from bench.records import read_records
-from tests.helpers.cli import BenchRun, run_bench
+from tests.helpers.cli import BenchRun
 
 RAISED = RankFailure(1, 2, "RuntimeError: injected", time_s=10.0)
 PEER_LEFT = RankFailure(0, 2, "RuntimeError: [pair.cc:547] Connection closed by peer [127.0.0.1]:1", time_s=10.5)
@@ -79,15 +80,11 @@ def test_bench_run_ends_with_the_line_of_the_rank_that_failed_first(crashing_ddp
 
 
 @pytest.mark.distributed
-def test_a_sweep_row_carries_the_same_line_and_keeps_the_whole_log(tmp_path: Path) -> None:
-    out = tmp_path / "s.jsonl"
-    proc = run_bench("sweep", "--repeats", "1", "--calibration", "none", "--strategies", "ddp", "--models", "mlp",
-                     "--devices", "2",
-                     "--preset", "tiny", "--steps", "2", "--warmup", "1", "--out", str(out),
-                     env={"BENCH_FAULT": "0:1:raise"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (row,) = read_records(out)[0]
+def test_a_sweep_row_carries_the_same_line_and_keeps_the_whole_log(failing_sweep: BenchRun) -> None:
+    assert failing_sweep.proc.returncode == 0, failing_sweep.proc.stderr[-2000:]
+    row = read_records(failing_sweep.out)[0][0]  # the model that raises in its forward, on both ranks
     assert row["status"] == "failed"
-    assert row["reason"].startswith("rank 0 failed at step 1: RuntimeError: BENCH_FAULT: rank 0 fails at step 1")
+    line = r"rank [01] failed (at step \d+|during set-up): RuntimeError: injected fault in forward"
+    assert re.match(line, row["reason"]), row["reason"]
     log = Path(row["reason"].rsplit("(log: ", 1)[1].rstrip(")"))
-    assert log.parent == tmp_path / "s.logs" and "Traceback" in log.read_text()
+    assert log.parent == failing_sweep.out.parent / "s.logs" and "Traceback" in log.read_text()

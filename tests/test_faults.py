@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.records import read_records
-from tests.helpers.cli import ROOT, run_bench
+from tests.helpers.cli import ROOT, BenchRun, run_bench
 
 SWEEP = ["sweep", "--repeats", "1", "--calibration", "none", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
 
@@ -54,12 +54,9 @@ def test_a_stalled_rank_ends_as_timeout_within_twice_the_timeout(tmp_path: Path)
 
 
 @pytest.mark.distributed
-def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    out = tmp_path / "s.jsonl"
-    proc = run_bench(*SWEEP, "--strategies", "ddp", "--devices", "2",
-                     "--models", "tests.faulty_models:raising,mlp", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    failed, *rest = read_records(out)[0]
+def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(failing_sweep: BenchRun) -> None:
+    assert failing_sweep.proc.returncode == 0, failing_sweep.proc.stderr
+    failed, *rest = read_records(failing_sweep.out)[0]
     ok = rest[-1]  # a run disturbed by other work on the machine is re-run once: two rows then
     assert failed["status"] == "failed"
     assert failed["reason"].startswith("rank ") and "RuntimeError: injected fault in forward" in failed["reason"]

@@ -19,7 +19,7 @@ from bench.runner import train
 from models.sizes import parameter_counts, saved_bytes_per_sample
 from strategies import ConfigError
 from strategies.schedules import fill_drain_bubble
-from tests.helpers.cli import run_bench
+from tests.helpers.cli import run_bench, run_in_process
 
 MACHINE = {"hostname": "here", "torch": "2.x"}
 FREE = {name: Curve([(1, 0.0), (2**30, 0.0)]) for name in
@@ -161,7 +161,8 @@ def test_a_curve_is_linear_between_its_points_and_never_negative() -> None:
     assert Line.fit([(1, -2.0), (4, -8.0)]).signed_at(2) == pytest.approx(-4.0)  # a difference may go below zero
 
 
-def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     calibration = _calibration(2)
     with pytest.raises(ConfigError, match="calibration is of mlp/tiny, not cnn/tiny"):
         calibration.check_matches(MACHINE, "cnn", "tiny")
@@ -174,10 +175,10 @@ def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(
     foreign.write_text(json.dumps({"kind": "run"}))
     with pytest.raises(ConfigError, match="not a calibration"):
         Calibration.load(foreign)
-    proc = run_bench("predict", "--calibration", str(path), "--model", "mlp", "--preset", "tiny",
-                     "--out", str(tmp_path / "p.jsonl"))
-    assert proc.returncode == 2 and "calibration was taken with hostname 'here'" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    code, err = run_in_process(capsys, "predict", "--calibration", str(path), "--model", "mlp", "--preset", "tiny",
+                               "--out", str(tmp_path / "p.jsonl"))
+    assert code == 2 and "calibration was taken with hostname 'here'" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.distributed
@@ -209,12 +210,14 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
             r["prediction"]["predicted_step_time_ms"] / r["step_time_ms_median"] - 1)
 
 
-def test_an_unknown_profile_or_devices_beyond_a_node_without_a_network_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_an_unknown_profile_or_devices_beyond_a_node_without_a_network_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for extra, message in ((["--hardware", "tpu9"], "unknown hardware 'tpu9'; profiles: h200, h100, h200-node"),
                            (["--hardware", "h200-node", "--devices", "8,16"],
                             "--devices 16 is beyond one node of 8 and h200-node has no network between nodes")):
-        proc = run_bench("predict", "--model", "mlp", "--preset", "small", *extra, "--out", str(tmp_path / "p.jsonl"))
-        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        code, err = run_in_process(capsys, "predict", "--model", "mlp", "--preset", "small", *extra,
+                                   "--out", str(tmp_path / "p.jsonl"))
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "p.jsonl").exists()
 
 
@@ -313,9 +316,10 @@ def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_ru
     assert step.exposed_comm_ms == pytest.approx(5.0 + 7.0)
 
 
-def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(tmp_path: Path) -> None:
-    proc = run_bench("calibrate", "--model", "mlp", "--preset", "tiny", "--out", str(tmp_path))
-    assert proc.returncode == 2 and "is a folder" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_in_process(capsys, "calibrate", "--model", "mlp", "--preset", "tiny", "--out", str(tmp_path))
+    assert code == 2 and "is a folder" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_measured_verdict_names_its_winners_whatever_brackets_their_labels_carry() -> None:

@@ -12,7 +12,6 @@ from reports.build import build_report
 from reports.load import load
 from reports.scaling import with_scaling
 from reports.tables import fastest, results_table, with_verification
-from tests.helpers.cli import run_bench
 from tests.helpers.records import FAILED, RECORDS, VERIFY, record, repeated
 
 
@@ -150,12 +149,14 @@ def test_mfu_is_drawn_per_strategy_where_some_run_knows_its_peak(tmp_path: Path)
     assert (tmp_path / "mfu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_report_cli_refuses_another_record_version(tmp_path: Path) -> None:
+def test_report_cli_refuses_another_record_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.helpers.cli import run_in_process
+
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps({"record_version": 0}) + "\n")
-    proc = run_bench("report", str(path), "--out", str(tmp_path / "r"), timeout=120)
-    assert proc.returncode == 2
-    assert "version-0 record; this suite reads version" in proc.stderr and "Traceback" not in proc.stderr
+    code, err = run_in_process(capsys, "report", str(path), "--out", str(tmp_path / "r"))
+    assert code == 2
+    assert "version-0 record; this suite reads version" in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()
 
 
