@@ -45,15 +45,17 @@ def crashing_ddp_run(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
 @pytest.fixture(scope="session")
 def failing_sweep(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
     """``bench sweep`` of ddp on 2 ranks over a model that raises in its forward, then the tiny mlp."""
-    out = tmp_path_factory.mktemp("failing-sweep") / "s.jsonl"
-    start = time.monotonic()
-    proc = run_bench("sweep", "--repeats", "1", "--calibration", "none", "--preset", "tiny", "--steps", "2",
-                     "--warmup", "1", "--strategies", "ddp", "--devices", "2",
-                     "--models", "tests.faulty_models:raising,mlp", "--out", str(out))
-    return BenchRun(proc, out, time.monotonic() - start)
+    return _timed(tmp_path_factory.mktemp("failing-sweep") / "s.jsonl", "sweep", "--repeats", "1", "--calibration",
+                  "none", "--preset", "tiny", "--steps", "2", "--warmup", "1", "--strategies", "ddp", "--devices", "2",
+                  "--models", "tests.faulty_models:raising,mlp")
 
 
 def _bench_run(out: Path, *args: str, **options: object) -> BenchRun:
+    return _timed(out, "run", *TINY_MLP, *args, **options)
+
+
+def _timed(out: Path, *args: str, **options: object) -> BenchRun:
+    """``python -m bench ARGS --out OUT``, timed."""
     start = time.monotonic()
-    proc = run_bench("run", *TINY_MLP, *args, "--out", str(out), **options)  # type: ignore[arg-type]
+    proc = run_bench(*args, "--out", str(out), **options)  # type: ignore[arg-type]
     return BenchRun(proc, out, time.monotonic() - start)
