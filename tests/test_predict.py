@@ -283,6 +283,29 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
                                          str(tmp_path / "reference.jsonl"), 2)
 
 
+def test_reference_steps_are_the_median_over_rank_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank group's processes keep their placement for the group's life: one badly placed group must not
+    set a runtime's residual. The collectives and the overlap are measured in the first group only."""
+    from bench.predict import cli
+    from bench.predict.runtime import REFERENCE_GROUPS
+
+    assert REFERENCE_GROUPS == 3
+    groups = iter([{"ddp": 10.0, "tp": 30.0, "overlap": 0.5}, {"ddp": 12.0, "tp": 16.0}, {"ddp": 50.0, "tp": 17.0}])
+    sizes_asked: list[list[int]] = []
+
+    def measured(world: int, accelerator: str, sizes: list[int], **_: object) -> tuple[dict, dict]:
+        sizes_asked.append(list(sizes))
+        return ({"all_reduce": Curve([(4096, 1.0)])} if sizes else {}), next(groups)
+
+    monkeypatch.setattr(cli, "measure_collectives", measured)
+    monkeypatch.setattr(cli, "in_process_step_ms", lambda references: {"mp": 3.0})
+    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+    communication, (configs, step_ms) = cli._communication(calibrated, 2, 4096)
+    assert step_ms == {"ddp": 12.0, "tp": 17.0, "mp": 3.0}
+    assert communication.overlap == 0.5
+    assert [bool(sizes) for sizes in sizes_asked] == [True, False, False]
+
+
 def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:
     from bench.predict.cli import scenario_for
     from bench.predict.runtime import reference_configs, residuals

@@ -84,7 +84,7 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
     with process_group(topo, timeout_s):
         for name, config in references.items():  # the runtimes' reference runs (bench/predict/runtime.py)
             steps[name] = statistics.median(step_times_ms(train(config).ranks))
-        for name in OPERATIONS:
+        for name in OPERATIONS if sizes else ():  # a group started for the reference runs alone
             points = []
             for size in sizes:
                 run = _operation(name, size, world, rank, device)
@@ -100,7 +100,8 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 points.append((size, statistics.median(slowest.tolist()) * 1e3))
             results[name] = points
-        steps["overlap"] = _overlap(device, sync)
+        if sizes:
+            steps["overlap"] = _overlap(device, sync)
     if rank == 0:
         torch.save((results, steps), os.path.join(folder, "collectives.pt"))
 
@@ -145,7 +146,9 @@ def measure_collectives(
     references: dict[str, RunConfig] | None = None,
 ) -> tuple[dict[str, Curve], dict[str, float]]:
     """Each operation's milliseconds by bytes on ``world`` processes of this machine (a larger message
-    never costs less: each point is at most every larger one's), and the median step of each reference run."""
+    never costs less: each point is at most every larger one's), and the median step of each reference run
+    (with ``overlap``, the share of an all-reduce hidden behind compute). No ``sizes``: the reference runs
+    alone, and no curves."""
     with tempfile.TemporaryDirectory() as folder:
         start_ranks(_worker, (world, folder, accelerator, list(sizes), timeout_s, references or {}), world)
         measured, steps = torch.load(os.path.join(folder, "collectives.pt"))
