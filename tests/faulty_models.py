@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -15,8 +17,14 @@ class Raise(nn.Module):
         raise RuntimeError("injected fault in forward")
 
 
+STALLED_MARKER = "BENCH_TEST_STALLED"
+"""A file the stalling model creates as it starts to hang, for a test that must act on a hanging child."""
+
+
 class Stall(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if marker := os.environ.get(STALLED_MARKER):
+            Path(marker).touch()
         time.sleep(3600)
         return x
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.records import read_records
+from tests.faulty_models import STALLED_MARKER
 from tests.helpers.cli import ROOT, BenchRun, run_bench
 
 SWEEP = ["sweep", "--repeats", "1", "--calibration", "none", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
@@ -64,18 +65,19 @@ def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(failing_swee
 
 
 def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(tmp_path: Path) -> None:
-    out = tmp_path / "s.jsonl"
+    out, stalled = tmp_path / "s.jsonl", tmp_path / "stalled"
     args = [*SWEEP, "--strategies", "single", "--devices", "1", "--models", "mlp,tests.faulty_models:stalling,rnn",
             "--out", str(out)]
     # As from a terminal: a runner started in the background (`cmd &`) hands its children SIGINT ignored.
     sweep = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**_env(), "PYTHONPATH": "."},
+                             stderr=subprocess.PIPE, text=True,
+                             env={**_env(), "PYTHONPATH": ".", STALLED_MARKER: str(stalled)},
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
-    while not (out.exists() and out.read_text().count("\n") == 1):  # the first row is in: mlp
+    while not stalled.exists():  # mlp's row is in and the stalling configuration's child hangs
         assert time.monotonic() < deadline and sweep.poll() is None
-        time.sleep(0.5)
-    time.sleep(8)  # the stalling configuration's child is now up and hanging
+        time.sleep(0.2)
+    assert out.read_text().count("\n") == 1
     sweep.send_signal(signal.SIGINT)
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == 130

@@ -283,27 +283,35 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
                                          str(tmp_path / "reference.jsonl"), 2)
 
 
-def test_reference_steps_are_the_median_over_rank_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rank group's processes keep their placement for the group's life: one badly placed group must not
-    set a runtime's residual. The collectives and the overlap are measured in the first group only."""
-    from bench.predict import cli
-    from bench.predict.runtime import REFERENCE_GROUPS
+def test_collectives_and_reference_steps_are_the_median_over_groups_of_processes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of processes keeps its placement on the cores for its whole life: one badly placed group must
+    set neither a collective's curve nor a runtime's residual."""
+    import os
 
-    assert REFERENCE_GROUPS == 3
-    groups = iter([{"ddp": 10.0, "tp": 30.0, "overlap": 0.5}, {"ddp": 12.0, "tp": 16.0}, {"ddp": 50.0, "tp": 17.0}])
-    sizes_asked: list[list[int]] = []
+    import torch
 
-    def measured(world: int, accelerator: str, sizes: list[int], **_: object) -> tuple[dict, dict]:
-        sizes_asked.append(list(sizes))
-        return ({"all_reduce": Curve([(4096, 1.0)])} if sizes else {}), next(groups)
+    from bench.predict import collectives
 
-    monkeypatch.setattr(cli, "measure_collectives", measured)
-    monkeypatch.setattr(cli, "in_process_step_ms", lambda references: {"mp": 3.0})
-    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
-    communication, (configs, step_ms) = cli._communication(calibrated, 2, 4096)
-    assert step_ms == {"ddp": 12.0, "tp": 17.0, "mp": 3.0}
-    assert communication.overlap == 0.5
-    assert [bool(sizes) for sizes in sizes_asked] == [True, False, False]
+    groups = iter([({"all_reduce": [(4096, 5.5), (16384, 6.0)]}, {"tp": 30.0, "overlap": 1.0}),
+                   ({"all_reduce": [(4096, 0.5), (16384, 0.9)]}, {"tp": 16.0, "overlap": 0.1}),
+                   ({"all_reduce": [(4096, 0.6), (16384, 0.7)]}, {"tp": 17.0, "overlap": 0.2})])
+
+    def one_group(target: object, args: tuple, nprocs: int) -> None:  # what rank 0 of a group leaves behind
+        torch.save(next(groups), os.path.join(args[1], "collectives.pt"))
+
+    monkeypatch.setattr(collectives, "start_ranks", one_group)
+    curves, steps = collectives.measure_collectives(2, "cpu", [4096, 16384], groups=3)
+    assert curves["all_reduce"].points == [(4096, 0.6), (16384, 0.9)]
+    assert steps == {"tp": 17.0, "overlap": 0.2}
+
+
+def test_small_messages_are_timed_several_to_a_repeat() -> None:
+    """One operation alone after the barrier also times how late each rank left it."""
+    from bench.predict.collectives import KIB, _operations_per_repeat
+
+    assert [_operations_per_repeat(size) for size in (4 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB, 256 * KIB * KIB)] \
+        == [16, 16, 4, 1, 1]
 
 
 def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:

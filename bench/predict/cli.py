@@ -24,15 +24,7 @@ from bench.predict.compute import compute_costs, slowdown
 from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
 from bench.predict.hardware import RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
-from bench.predict.runtime import (
-    IN_PROCESS,
-    REFERENCE_GROUPS,
-    in_process_step_ms,
-    median_over_groups,
-    reference_batches,
-    reference_configs,
-    residuals,
-)
+from bench.predict.runtime import IN_PROCESS, in_process_step_ms, reference_batches, reference_configs, residuals
 from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
@@ -154,16 +146,14 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
 def _communication(config: RunConfig, ranks: int, largest: int) -> tuple[
         Communication, tuple[dict[str, RunConfig], dict[str, float]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
-    known), and the reference runs there (mp's here, in one process) with their median steps, each over
-    ``REFERENCE_GROUPS`` rank groups."""
+    known), and the reference runs there (mp's here, in one process) with their median steps."""
     with tempfile.TemporaryDirectory() as folder:
         references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
         on_ranks = {name: c for name, c in references.items() if name not in IN_PROCESS}
-        curves, first = measure_collectives(ranks, config.accelerator, default_sizes(largest), references=on_ranks)
-        overlap = first.pop("overlap")
-        groups = [first] + [measure_collectives(ranks, config.accelerator, [], references=on_ranks)[1]
-                            for _ in range(REFERENCE_GROUPS - 1)]
-        reference_ms = median_over_groups(groups) | in_process_step_ms(references)
+        curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
+                                                   references=on_ranks)
+        reference_ms |= in_process_step_ms(references)
+    overlap = reference_ms.pop("overlap")
     return Communication(curves, overlap=overlap), (references, reference_ms)
 
 

@@ -2,6 +2,12 @@
 
 Every size is timed as the slowest rank sees it (a collective ends for the step when its last rank
 leaves it), the median over a few repeats after a warm-up, each repeat started together (barrier).
+A small message's repeat times several operations back to back, as a strategy issues them: one
+operation alone also times how late each rank leaves the barrier, which on shared cores can be more
+than the operation (a 4 KiB all-reduce among 2 processes of the 2-core VM once timed 5.5 ms alone, more
+than a whole measured ddp step of the tiny mlp, 4.0 ms, that all-reduces its gradients in it).
+Everything is measured in ``GROUPS`` groups of processes and each figure is the median over them: a
+group keeps how the OS placed its processes for its whole life.
 Sizes are the bytes of the tensor each rank contributes (all_gather: each rank's shard;
 reduce_scatter: each rank's whole input), so the strategies' cost models name the same bytes.
 """
@@ -26,6 +32,12 @@ from strategies.distributed import process_group, torchrun_topology
 
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 KIB = 1024
+GROUPS = 3
+"""Groups of processes everything is measured in; each figure is the median over them. On the 2-core VM
+one group's 24-step median of the tiny mlp's tp x2 came out anywhere from 16.0 to 28.2 ms over eight
+groups; where a sweep's batch is the reference run's, its prediction is that measurement."""
+BATCHED_BYTES = 1024 * KIB
+"""Messages up to this size are timed several to a repeat (``_operations_per_repeat``)."""
 
 
 def default_sizes(largest: int = 256 * KIB * KIB) -> list[int]:
@@ -72,6 +84,11 @@ def _repeats(size: int) -> int:
     return 3 if size >= 64 * KIB * KIB else 5
 
 
+def _operations_per_repeat(size: int) -> int:
+    """16 back to back at 4-64 KiB, fewer up to ``BATCHED_BYTES``, then one."""
+    return max(1, min(16, BATCHED_BYTES // size))
+
+
 def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequence[int], timeout_s: float,
             references: dict[str, RunConfig]) -> None:
     become_rank(rank, world, folder)
@@ -84,24 +101,24 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
     with process_group(topo, timeout_s):
         for name, config in references.items():  # the runtimes' reference runs (bench/predict/runtime.py)
             steps[name] = statistics.median(step_times_ms(train(config).ranks))
-        for name in OPERATIONS if sizes else ():  # a group started for the reference runs alone
+        for name in OPERATIONS:
             points = []
             for size in sizes:
                 run = _operation(name, size, world, rank, device)
                 run()  # warm-up: connections, buffers
-                seconds = []
+                seconds, operations = [], _operations_per_repeat(size)
                 for _ in range(_repeats(size)):
                     dist.barrier()
                     start = time.perf_counter()
-                    run()
+                    for _ in range(operations):
+                        run()
                     sync()
-                    seconds.append(time.perf_counter() - start)
+                    seconds.append((time.perf_counter() - start) / operations)
                 slowest = torch.tensor(seconds, dtype=torch.float64)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 points.append((size, statistics.median(slowest.tolist()) * 1e3))
             results[name] = points
-        if sizes:
-            steps["overlap"] = _overlap(device, sync)
+        steps["overlap"] = _overlap(device, sync)
     if rank == 0:
         torch.save((results, steps), os.path.join(folder, "collectives.pt"))
 
@@ -143,16 +160,30 @@ def _overlap(device: torch.device, sync: Callable[[], None]) -> float:
 
 def measure_collectives(
     world: int, accelerator: str, sizes: Sequence[int], timeout_s: float = 300.0,
-    references: dict[str, RunConfig] | None = None,
+    references: dict[str, RunConfig] | None = None, groups: int = GROUPS,
 ) -> tuple[dict[str, Curve], dict[str, float]]:
     """Each operation's milliseconds by bytes on ``world`` processes of this machine (a larger message
-    never costs less: each point is at most every larger one's), and the median step of each reference run
-    (with ``overlap``, the share of an all-reduce hidden behind compute). No ``sizes``: the reference runs
-    alone, and no curves."""
-    with tempfile.TemporaryDirectory() as folder:
-        start_ranks(_worker, (world, folder, accelerator, list(sizes), timeout_s, references or {}), world)
-        measured, steps = torch.load(os.path.join(folder, "collectives.pt"))
-    return {name: Curve(_monotone(points)) for name, points in measured.items()}, steps
+    never costs less: each point is at most every larger one's), the median step of each reference run
+    and ``overlap`` (the share of an all-reduce hidden behind compute): each the median over ``groups``
+    groups of processes."""
+    measured = []
+    for _ in range(groups):
+        with tempfile.TemporaryDirectory() as folder:
+            start_ranks(_worker, (world, folder, accelerator, list(sizes), timeout_s, references or {}), world)
+            measured.append(torch.load(os.path.join(folder, "collectives.pt")))
+    curves = {name: Curve(_monotone(_median_points([points[name] for points, _ in measured])))
+              for name in measured[0][0]}
+    return curves, median_over_groups([steps for _, steps in measured])
+
+
+def median_over_groups(groups: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over what each group of processes measured for it."""
+    return {name: statistics.median(group[name] for group in groups) for name in groups[0]}
+
+
+def _median_points(groups: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """One curve's points, each size's time the median over the groups."""
+    return [(size, statistics.median(points[i][1] for points in groups)) for i, (size, _) in enumerate(groups[0])]
 
 
 def _monotone(points: list[tuple[int, float]]) -> list[tuple[int, float]]:

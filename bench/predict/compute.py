@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
-import torch.multiprocessing as mp
 
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from bench.processes import die_with_parent
+from bench.ranks import rank_context
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from models.spec import ModelSpec
 from strategies.devices import synchronize
@@ -191,7 +191,7 @@ def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, thr
 
 
 def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()  # forked from a server that imported torch once, not each process importing it
     start, results = ctx.Barrier(processes), ctx.Queue()
     workers = [ctx.Process(target=_busy_loop, args=(r, make_spec, batch, threads, seconds, start, results))
                for r in range(processes)]

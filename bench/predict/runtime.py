@@ -32,12 +32,6 @@ MICROBATCHES = 4
 REFERENCE_STEPS = 16
 """Timed steps per reference run in each group. Their steps take milliseconds, and the median of 8 left
 zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM."""
-REFERENCE_GROUPS = 3
-"""Rank groups the reference runs are repeated in; each run's step is the median of the groups' medians.
-A group's processes keep how the OS placed them and their peers for the whole group: on the 2-core VM one
-group's 24-step median of tp x2 (tiny mlp) came out anywhere from 16.0 to 28.2 ms over eight groups, and
-where a sweep's batch is the reference's, its prediction is the reference's measurement: one group read low
-is the likeliest reason every tp run of a tiny sweep was predicted 13-23% short."""
 REFERENCE_STRATEGIES = ("ddp", "zero1", "fsdp", "tp", "pp", "hybrid", "mp")
 """In this order: zero1's residual is what it costs beyond ddp's, hybrid's beyond pp's."""
 IN_PROCESS = ("mp",)
@@ -90,13 +84,6 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
                  "pp": 2 * (MICROBATCHES + ranks - 1), "mp": MICROBATCHES}.get(name, 1)
         found = dataclasses.replace(found, **{UNITS[name]: max(0.0, step_ms[name] - predicted) / max(1, units)})
     return found
-
-
-def median_over_groups(groups: list[dict[str, float]]) -> dict[str, float]:
-    """Each reference run's step: the median of what each rank group measured for it."""
-    import statistics
-
-    return {name: statistics.median(group[name] for group in groups) for name in groups[0]}
 
 
 def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
