@@ -185,7 +185,7 @@ def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(
 def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_its_error(tmp_path: Path) -> None:
     calibration = tmp_path / "cal.json"
     proc = run_bench("calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
-                     "--collective-max-mib", "1", "--repeats", "2", "--out", str(calibration))
+                     "--collective-max-mib", "1", "--repeats", "2", "--groups", "1", "--out", str(calibration))
     assert proc.returncode == 0, proc.stderr[-2000:]
     predictions = tmp_path / "predictions.jsonl"
     proc = run_bench("predict", "--calibration", str(calibration), "--model", "mlp", "--preset", "tiny",
@@ -351,6 +351,10 @@ def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run_in_process(capsys, "calibrate", "--model", "mlp", "--preset", "tiny", "--out", str(tmp_path))
     assert code == 2 and "is a folder" in err and len(err.strip().splitlines()) == 1
+    code, err = run_in_process(capsys, "calibrate", "--model", "mlp", "--preset", "tiny", "--groups", "0",
+                               "--out", str(tmp_path / "cal.json"))
+    assert code == 2 and "--groups must be at least 1" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "cal.json").exists()
 
 
 def test_a_measured_verdict_names_its_winners_whatever_brackets_their_labels_carry() -> None:

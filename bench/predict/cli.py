@@ -19,7 +19,7 @@ from bench.config import RunConfig, resolve
 from bench.environment import environment
 from bench.launch import threads_per_process
 from bench.predict.calibration import Calibration, Communication
-from bench.predict.collectives import default_sizes, measure_collectives
+from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
 from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
 from bench.predict.hardware import RooflineSource, profile
@@ -52,6 +52,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--microbatches", type=comma_list(int), default=(1, 4), help="micro-batch counts")
     calibrate.add_argument("--collective-max-mib", type=int, default=256, help="largest message (default: 256)")
     calibrate.add_argument("--repeats", type=int, default=5, help="timings per block and batch size (default: 5)")
+    calibrate.add_argument("--groups", type=int, default=GROUPS,
+                           help=f"groups of processes the collectives and the runtimes' reference runs are measured "
+                                f"in, each figure the median over them (default: {GROUPS}; 1 is quicker, noisier)")
     calibrate.add_argument("--out", default="results/calibration.json")
     predict = commands.add_parser("predict", help="predict step time, memory and bubble from a calibration")
     predict.add_argument("--calibration", default="results/calibration.json")
@@ -75,12 +78,14 @@ def calibrate_main(args: argparse.Namespace) -> int:
     try:
         config = resolve(RunConfig(model=args.model, preset=args.preset, norm=args.norm, batch_size=args.batch_size,
                                    out=str(Path(args.out).with_suffix(".jsonl")), precision="fp32"))
-        if min(args.devices) < 1 or min(args.microbatches) < 1 or args.repeats < 1:
-            raise ConfigError("--devices, --microbatches and --repeats must be at least 1")
+        if min(args.devices) < 1 or min(args.microbatches) < 1 or args.repeats < 1 or args.groups < 1:
+            raise ConfigError(f"--devices, --microbatches, --repeats and --groups must be at least 1, got "
+                              f"{args.devices}, {args.microbatches}, {args.repeats} and {args.groups}")
         writable(Path(args.out))
     except (ConfigError, OSError) as exc:
         fail("bench calibrate", str(exc))
-    calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20, args.repeats)
+    calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20, args.repeats,
+                            args.groups)
     calibration.save(Path(args.out))
     print(f"calibration: {config.model}/{config.preset} on {calibration.machine['hostname']} -> {args.out}")
     return 0
@@ -102,7 +107,7 @@ def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tupl
 
 
 def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
-              repeats: int) -> Calibration:
+              repeats: int, groups: int = GROUPS) -> Calibration:
     """Measures compute at every thread count and batch the devices and micro-batches need, and at every
     device count beyond one the collectives, the runtimes' residuals and the slowdown of processes
     computing together."""
@@ -131,7 +136,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
         if d in ranks:
-            communication[d], references[d] = _communication(config, d, largest)
+            communication[d], references[d] = _communication(config, d, largest, groups)
         steps.update()
     steps.close()
     env = environment()
@@ -143,7 +148,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     return calibration
 
 
-def _communication(config: RunConfig, ranks: int, largest: int) -> tuple[
+def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
         Communication, tuple[dict[str, RunConfig], dict[str, float]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
     known), and the reference runs there (mp's here, in one process) with their median steps."""
@@ -151,7 +156,7 @@ def _communication(config: RunConfig, ranks: int, largest: int) -> tuple[
         references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
         on_ranks = {name: c for name, c in references.items() if name not in IN_PROCESS}
         curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
-                                                   references=on_ranks)
+                                                   references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)
     overlap = reference_ms.pop("overlap")
     return Communication(curves, overlap=overlap), (references, reference_ms)
