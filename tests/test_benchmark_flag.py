@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import ROOT, run_bench
+from bench.cli import main
+from tests.helpers.cli import ROOT
 
 
 def run_pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -43,8 +44,7 @@ def test_benchmark_flag_times_the_matrix_into_json_the_report_reads(tmp_path: Pa
     )
     assert data["machine_info"]["parallelism_suite"]["cpu_cores"] == os.cpu_count()
 
-    report = run_bench("report", str(out), "--out", str(tmp_path / "report"))
-    assert report.returncode == 0, report.stderr
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
     md = (tmp_path / "report" / "report.md").read_text()
     assert "3 configuration(s) measured" in md and "| mlp/tiny | 2 | ddp |" in md
 

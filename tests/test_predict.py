@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import models
+from bench.cli import main
 from bench.config import RunConfig, resolve
 from bench.launch import threads_per_process
 from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line, RuntimeOverheads
@@ -184,13 +185,12 @@ def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(
 @pytest.mark.distributed
 def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_its_error(tmp_path: Path) -> None:
     calibration = tmp_path / "cal.json"
-    proc = run_bench("calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
-                     "--collective-max-mib", "1", "--repeats", "2", "--groups", "1", "--out", str(calibration))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # calibrate and predict here (their processes start from the fork server); the sweep's children afresh.
+    assert main(["calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
+                 "--collective-max-mib", "1", "--repeats", "2", "--groups", "1", "--out", str(calibration)]) == 0
     predictions = tmp_path / "predictions.jsonl"
-    proc = run_bench("predict", "--calibration", str(calibration), "--model", "mlp", "--preset", "tiny",
-                     "--strategies", "single,ddp,fsdp", "--devices", "1,2", "--out", str(predictions))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert main(["predict", "--calibration", str(calibration), "--model", "mlp", "--preset", "tiny",
+                 "--strategies", "single,ddp,fsdp", "--devices", "1,2", "--out", str(predictions)]) == 0
     records, _ = read_records(predictions)
     # single runs on one device only: that point is left out, with a warning.
     assert [(r["strategy"], r["device_count"]) for r in records] == [("single", 1), ("ddp", 1), ("ddp", 2),
