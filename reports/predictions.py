@@ -9,6 +9,8 @@ than the repeats' own stray cannot be told from the measurement's noise.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from reports.render import Section
@@ -79,7 +81,8 @@ def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
 def _winners(verdict: str) -> list[str]:
     """The measured winners a ``fastest`` verdict names: one, a tie's list, or an unranked run's fastest median."""
     if verdict.startswith("tie"):
-        return [w.strip() for w in verdict.split(":", 1)[1].split(",")]
+        # The commas between the tied labels, not those inside a label's brackets ("pp (gpipe, m=4)").
+        return [w.strip() for w in re.split(r",(?![^()]*\))", verdict.split(":", 1)[1])]
     if verdict.startswith("not ranked"):
         return [verdict.rsplit("fastest median: ", 1)[-1].removesuffix(")")]  # the verdict's own bracket only
     return [verdict.split(" (the only one")[0]]

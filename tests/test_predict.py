@@ -364,6 +364,9 @@ def test_a_measured_verdict_names_its_winners_whatever_brackets_their_labels_car
     assert _winners("tie (within noise): mp (m=1), ddp") == ["mp (m=1)", "ddp"]
     assert _winners("single (the only one measured)") == ["single"]
     assert _winners("pp (gpipe, m=4)") == ["pp (gpipe, m=4)"]
+    # A label's own comma does not split a tie (it once made pp lose a panel it shared the lead of).
+    assert _winners("tie (within noise): pp (gpipe, m=4), ddp, hybrid (gpipe, m=4)") == [
+        "pp (gpipe, m=4)", "ddp", "hybrid (gpipe, m=4)"]
 
 
 def test_the_pipeline_gap_starts_at_the_ideal_and_ends_at_the_full_prediction() -> None:
