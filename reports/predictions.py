@@ -9,8 +9,6 @@ than the repeats' own stray cannot be told from the measurement's noise.
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
 from reports.render import Section
@@ -68,29 +66,20 @@ def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
     measured winner, or one of a measured tie), and the rank correlation (Spearman) of the two orders."""
     data = runs.dropna(subset=["predicted_step_time_ms"])
     data = data[data["verified"] != WRONG] if "verified" in data else data
-    verdicts = {(r["panel"], r["devices"], r["global_batch"]): str(r["fastest"]) for r in fastest.to_dict("records")}
+    verdicts = {(r["panel"], r["devices"], r["global_batch"]): (str(r["fastest"]), tuple(r["winners"]))
+                for r in fastest.to_dict("records")}
     rows = []
     for (panel, devices, batch), group in data.groupby(["panel", "devices", "global_batch"], sort=True):
         if len(group) < 2:
             continue
-        measured = verdicts.get((panel, devices, batch), "")
-        rows.append(_agreement(panel, devices, batch, group, measured))
+        measured, winners = verdicts.get((panel, devices, batch), ("", ()))
+        rows.append(_agreement(panel, devices, batch, group, measured, winners))
     return pd.DataFrame(rows)
 
 
-def _winners(verdict: str) -> list[str]:
-    """The measured winners a ``fastest`` verdict names: one, a tie's list, or an unranked run's fastest median."""
-    if verdict.startswith("tie"):
-        # The commas between the tied labels, not those inside a label's brackets ("pp (gpipe, m=4)").
-        return [w.strip() for w in re.split(r",(?![^()]*\))", verdict.split(":", 1)[1])]
-    if verdict.startswith("not ranked"):
-        return [verdict.rsplit("fastest median: ", 1)[-1].removesuffix(")")]  # the verdict's own bracket only
-    return [verdict.split(" (the only one")[0]]
-
-
-def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measured: str) -> dict[str, object]:
+def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measured: str,
+               winners: tuple[str, ...]) -> dict[str, object]:
     predicted_best = group.sort_values("predicted_step_time_ms").iloc[0]["variant"]
-    winners = _winners(measured)
     # Spearman's: Pearson's over the ranks (pandas' method="spearman" needs scipy, which the GPU machines lack).
     correlation = group["predicted_step_time_ms"].rank().corr(group["step_time_ms"].rank())
     return {"panel": panel, "devices": devices, "global_batch": batch, "configurations": len(group),

@@ -84,6 +84,7 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
         ranked = group.sort_values("samples_per_s", ascending=False)
         best = ranked.iloc[0]
         rows.append({"panel": panel, "devices": devices, "global_batch": batch, "fastest": _verdict(ranked),
+                     "winners": _winners(ranked),
                      "samples_per_s": with_interval(best["samples_per_s"], best["samples_per_s_low"],
                                                     best["samples_per_s_high"], 1),
                      "speedup": with_interval(best["speedup"], best["speedup_low"], best["speedup_high"]),
@@ -93,17 +94,33 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
     return table if _baseline_column(table) else table.drop(columns="baseline", errors="ignore")
 
 
+def fastest_shown(runs: pd.DataFrame) -> pd.DataFrame:
+    """``fastest`` as the report prints it: the verdict names the winners."""
+    return fastest(runs).drop(columns="winners", errors="ignore")
+
+
+def _ranked(ranked: pd.DataFrame) -> bool:
+    """Whether every configuration has the repeats an interval needs."""
+    return bool((ranked["repeats"] >= 2).all())
+
+
+def _winners(ranked: pd.DataFrame) -> tuple[str, ...]:
+    """The fastest and every configuration within noise of it (its interval reaching the fastest's); the
+    fastest median alone where there is nothing to rank or too few repeats to rank it."""
+    best, others = ranked.iloc[0], ranked.iloc[1:]
+    if others.empty or not _ranked(ranked):
+        return (str(best["variant"]),)
+    return (str(best["variant"]), *others[others["samples_per_s_high"] >= best["samples_per_s_low"]]["variant"])
+
+
 def _verdict(ranked: pd.DataFrame) -> str:
     """The winner where its interval clears the runner-up's; else the strategies within noise of it."""
-    best, others = ranked.iloc[0], ranked.iloc[1:]
-    if others.empty:
+    best, winners = ranked.iloc[0], _winners(ranked)
+    if len(ranked) == 1:
         return f"{best['variant']} (the only one measured)"
-    if best["repeats"] < 2 or (others["repeats"] < 2).any():
+    if not _ranked(ranked):
         return f"not ranked: fewer than 2 repeats (fastest median: {best['variant']})"
-    tied = [best["variant"], *others[others["samples_per_s_high"] >= best["samples_per_s_low"]]["variant"]]
-    if len(tied) == 1:
-        return str(best["variant"])
-    return "tie (within noise): " + ", ".join(tied)
+    return winners[0] if len(winners) == 1 else "tie (within noise): " + ", ".join(winners)
 
 
 def results_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -357,16 +357,24 @@ def test_calibrate_refuses_an_output_it_cannot_write_before_measuring_anything(
     assert not (tmp_path / "cal.json").exists()
 
 
-def test_a_measured_verdict_names_its_winners_whatever_brackets_their_labels_carry() -> None:
-    from reports.predictions import _winners
+def test_the_predicted_winner_agrees_with_any_measured_winner_whatever_commas_their_labels_carry() -> None:
+    import pandas as pd
 
-    assert _winners("not ranked: fewer than 2 repeats (fastest median: mp (m=4))") == ["mp (m=4)"]
-    assert _winners("tie (within noise): mp (m=1), ddp") == ["mp (m=1)", "ddp"]
-    assert _winners("single (the only one measured)") == ["single"]
-    assert _winners("pp (gpipe, m=4)") == ["pp (gpipe, m=4)"]
-    # A label's own comma does not split a tie (it once made pp lose a panel it shared the lead of).
-    assert _winners("tie (within noise): pp (gpipe, m=4), ddp, hybrid (gpipe, m=4)") == [
-        "pp (gpipe, m=4)", "ddp", "hybrid (gpipe, m=4)"]
+    from reports.predictions import ranking
+
+    runs = pd.DataFrame({"panel": "p", "devices": 4, "global_batch": 16,
+                         "variant": ["pp (gpipe, m=4)", "ddp", "mp (m=4)"],
+                         "predicted_step_time_ms": [1.0, 2.0, 3.0], "step_time_ms": [1.1, 1.0, 3.0]})
+
+    def agrees(winners: tuple[str, ...]) -> bool:
+        fastest = pd.DataFrame([{"panel": "p", "devices": 4, "global_batch": 16, "fastest": ", ".join(winners),
+                                 "winners": winners}])
+        (row,) = ranking(runs, fastest).to_dict("records")
+        return row["agrees"]
+
+    # pp's label once split at its own comma, and pp lost a panel it shared the lead of.
+    assert agrees(("ddp", "pp (gpipe, m=4)")) is True
+    assert agrees(("ddp",)) is False
 
 
 def test_the_pipeline_gap_starts_at_the_ideal_and_ends_at_the_full_prediction() -> None:

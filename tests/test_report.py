@@ -82,6 +82,7 @@ def test_fastest_names_no_winner_within_noise(tmp_path: Path) -> None:
     runs = with_verification(with_scaling(load([path]).runs)[0], load([path]).verify)
     (row,) = fastest(runs[runs["devices"] == 2]).to_dict("records")
     assert row["fastest"] == "tie (within noise): mp (m=1), ddp"  # pp's interval is clear below both
+    assert row["winners"] == ("mp (m=1)", "ddp")
 
 
 def test_a_disturbed_run_is_left_out_of_its_configurations_figures(tmp_path: Path) -> None:
@@ -101,6 +102,7 @@ def test_one_run_gives_no_interval_and_no_ranking(tmp_path: Path) -> None:
     runs = with_verification(with_scaling(load([path]).runs)[0], load([path]).verify)
     (row,) = fastest(runs[runs["devices"] == 2]).to_dict("records")
     assert row["fastest"] == "not ranked: fewer than 2 repeats (fastest median: ddp)"
+    assert row["winners"] == ("ddp",)
     assert row["speedup"] == "1.80"  # a ratio of one run each: no interval to show
 
 
