@@ -18,7 +18,6 @@ from reports.tables import (
     bubble_table,
     data_parallel_family,
     fastest,
-    fastest_shown,
     fastest_within_memory,
     hybrid_vs_parts,
     memory_by_kind,
@@ -48,13 +47,14 @@ def build_report(results: Results, out: Path) -> list[Path]:
     runs = with_verification(runs, results.verify)
     emulated = results.emulated
     sections = [_overview(results, emulated)]
-    if not runs.empty:
+    leaders = fastest(runs) if not runs.empty else None  # its `winners` column is what the predictions rank by
+    if leaders is not None:
         sections.append(Section("Fastest correct strategy", [
             "For each model, device count and global batch, the fastest configuration not shown to be wrong by "
             "`bench verify` (`verified` says whether it was checked), with its median samples/s and speed-up over "
             "`single` at the same global batch. A winner is named only where its interval clears every other's; "
             "otherwise the strategies within noise of it are listed as a tie. Disturbed runs (other work on the "
-            "machine) are left out.", *_emulation_note(emulated)], [fastest_shown(runs)]))
+            "machine) are left out.", *_emulation_note(emulated)], [leaders.drop(columns="winners")]))
         sections.append(Section("Throughput and scaling", [
             "One row per configuration, its figures the median over its repeats (each a fresh process, run round "
             "by round with the others) with the 95% percentile-bootstrap interval of that median in brackets. "
@@ -121,8 +121,8 @@ def build_report(results: Results, out: Path) -> list[Path]:
                 "same action table replayed with the calibrated stage times and transfers) is drawn beside the "
                 "measured one."],
                 [bubble_table(runs)], pipeline))
-    if not runs.empty:
-        sections += [s for s in (prediction_section(runs, fastest(runs)), what_if_section(results.predictions)) if s]
+    if leaders is not None:
+        sections += [s for s in (prediction_section(runs, leaders), what_if_section(results.predictions)) if s]
     elif not results.predictions.empty:
         sections.append(what_if_section(results.predictions))
     if not results.verify.empty:

@@ -94,11 +94,6 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
     return table if _baseline_column(table) else table.drop(columns="baseline", errors="ignore")
 
 
-def fastest_shown(runs: pd.DataFrame) -> pd.DataFrame:
-    """``fastest`` as the report prints it: the verdict names the winners."""
-    return fastest(runs).drop(columns="winners", errors="ignore")
-
-
 def _ranked(ranked: pd.DataFrame) -> bool:
     """Whether every configuration has the repeats an interval needs."""
     return bool((ranked["repeats"] >= 2).all())

@@ -173,10 +173,10 @@ def measure_collectives(
             measured.append(torch.load(os.path.join(folder, "collectives.pt")))
     curves = {name: Curve(_monotone(_median_points([points[name] for points, _ in measured])))
               for name in measured[0][0]}
-    return curves, median_over_groups([steps for _, steps in measured])
+    return curves, _median_over_groups([steps for _, steps in measured])
 
 
-def median_over_groups(groups: list[dict[str, float]]) -> dict[str, float]:
+def _median_over_groups(groups: list[dict[str, float]]) -> dict[str, float]:
     """Each figure's median over what each group of processes measured for it."""
     return {name: statistics.median(group[name] for group in groups) for name in groups[0]}
 
