@@ -38,6 +38,7 @@ from bench.runner import train
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
 from strategies.devices import devices_for, peak_memory
 from strategies.options import BucketOptions, DDPOptions, MeshOptions, PipelineOptions, SplitOptions
+from strategies.schedules import available_schedules
 
 if TYPE_CHECKING:
     from bench.fidelity import FidelityResult
@@ -111,6 +112,7 @@ def cmd_list() -> int:
         print(f"  {name:<8} {cls.launch.value:<11} {cls.description}")
     print(f"models:     {', '.join(models.FAMILIES)}  (or package.module:function)")
     print(f"presets:    {', '.join(models.PRESETS)}")
+    print(f"schedules:  {', '.join(available_schedules())}  (pp, hybrid: --schedule)")
     gpus = gpus_available()
     names = [torch.cuda.get_device_name(i) for i in range(gpus)]
     print(
