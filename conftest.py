@@ -1,4 +1,10 @@
-"""``pytest --benchmark``: the strategy x model x device-count matrix, timed by pytest-benchmark.
+"""``pytest --benchmark`` (the benchmark matrix) and ``pytest -m quick`` (the inner loop).
+
+``quick``: every test not marked ``distributed`` (several gloo processes), ``launches`` (a ``bench``
+or Python child) or ``gpu`` is marked ``quick`` at collection, and a quick test that starts a Python
+process fails with the reason, so that ``-m quick`` stays the few-seconds loop it claims to be.
+
+``--benchmark``: the strategy x model x device-count matrix, timed by pytest-benchmark.
 
 pytest-benchmark has no bare ``--benchmark`` flag; this adds it. Without it, every benchmark
 case runs once as a smoke test (pytest-benchmark's ``--benchmark-disable``), so plain ``pytest``
@@ -9,9 +15,16 @@ tests already run those strategies. pytest-benchmark's own flags (``--benchmark-
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pytest
+
+from tests.helpers.quick import no_python_processes
+
+LAUNCHING_MARKS = ("distributed", "launches", "gpu")
+"""Tests carrying one of these start processes; every other test is ``quick``."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,3 +58,21 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     from bench.environment import environment
 
     machine_info["parallelism_suite"] = environment()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not any(item.get_closest_marker(mark) for mark in LAUNCHING_MARKS):
+            item.add_marker(pytest.mark.quick)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with no_python_processes() if item.get_closest_marker("quick") else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with no_python_processes() if item.get_closest_marker("quick") else contextlib.nullcontext():
+        return (yield)

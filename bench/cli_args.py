@@ -7,7 +7,14 @@ import ast
 import dataclasses
 import inspect
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T")
+Config = TypeVar("Config", bound="DataclassInstance")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -66,7 +73,7 @@ def add_config_arguments(
         parser.add_argument(flag, type=_TYPES[str(f.type)], default=default, help=help_text + shown)
 
 
-def config_from_args(cls: type, args: argparse.Namespace, skip: tuple[str, ...] = ()) -> object:
+def config_from_args(cls: type[Config], args: argparse.Namespace, skip: tuple[str, ...] = ()) -> Config:
     names = {f.name for f in dataclasses.fields(cls)} - set(skip)
     return cls(**{k: v for k, v in vars(args).items() if k in names})
 
@@ -77,7 +84,7 @@ def fail(prog: str, message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def config_to_argv(config: object) -> list[str]:
+def config_to_argv(config: DataclassInstance) -> list[str]:
     """The command-line options that rebuild ``config`` exactly (the inverse of ``config_from_args``)."""
     argv: list[str] = []
     for f in dataclasses.fields(config):
@@ -90,7 +97,7 @@ def config_to_argv(config: object) -> list[str]:
     return argv
 
 
-def comma_list(kind: type) -> object:
+def comma_list(kind: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
     """An argparse type for ``1,2,4`` style lists."""
 
     def parse(text: str) -> tuple:
@@ -98,8 +105,8 @@ def comma_list(kind: type) -> object:
             return tuple(kind(item) for item in text.split(",") if item.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+                f"expected a comma-separated list of {getattr(kind, '__name__', 'values')}, got {text!r}"
             ) from None
 
-    parse.__name__ = f"{kind.__name__} list"
+    parse.__name__ = f"{getattr(kind, '__name__', 'value')} list"
     return parse

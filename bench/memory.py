@@ -13,8 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed._tools.mem_tracker import MemTracker
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,7 @@ class MemoryByKind:
             self.peaks.append({"device": str(device), "tracker": type(tracker).__name__, **fields})
 
 
-def _tracker(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[object, dict[str, str]]:
+def _tracker(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[MemTracker, dict[str, str]]:
     """torch's FSDP-aware tracker for an FSDP2 model (it knows shards from gathered copies), else MemTracker."""
     from torch.distributed.fsdp import FSDPModule
 

@@ -98,7 +98,7 @@ class ReplicaAverager:
         return (time.perf_counter() - start) * 1e3
 
 
-def gradient_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[list[int]]:
+def gradient_buckets(params: Sequence[torch.Tensor], cap_bytes: int) -> list[list[int]]:
     """Indices of ``params`` in consecutive buckets of at most ``cap_bytes`` and one dtype (a larger
     tensor gets a bucket of its own): one collective per bucket, as DDP's ``bucket_cap_mb``."""
     buckets: list[list[int]] = []

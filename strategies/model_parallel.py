@@ -104,7 +104,9 @@ def pipelined_step(
         for i, k in clock:
             s = n - 1 - k
             device = model.devices[s]
-            grad = heads[i].grad if s == n - 1 else stage_in[s + 1][i].grad.to(device, non_blocking=True)
+            upstream = heads[i] if s == n - 1 else stage_in[s + 1][i]
+            assert upstream.grad is not None, "the later stage's backward leaves its input's gradient"
+            grad = upstream.grad.to(device, non_blocking=True)
             with timer.span(s, i, BACKWARD, device):
                 torch.autograd.backward(stage_out[s][i], grad)
     return loss.detach()

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from models.spec import TensorParallelPlan
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +137,7 @@ OPTION_GROUPS: tuple[type, ...] = (RunOptions, SplitOptions, PipelineOptions, Me
                                    FSDPOptions)
 """Every group, in the order of the table above."""
 
-Group = TypeVar("Group")
+Group = TypeVar("Group", bound="DataclassInstance")
 
 
 class OptionSource(Protocol):

@@ -62,7 +62,7 @@ sends each rank a tensor from itself (its two stages are neighbours), which gloo
 
 def torch_refusal(info: ScheduleInfo, backend: str, version: str = torch.__version__) -> str | None:
     """Why this torch cannot run schedule ``info`` over ``backend`` (resolved), or None where it can."""
-    if info.v_shape and backend == "gloo" and TorchVersion(version) < V_SHAPE_ON_GLOO_SINCE:
+    if info.v_shape and backend == "gloo" and TorchVersion(version) < ".".join(map(str, V_SHAPE_ON_GLOO_SINCE)):
         since = ".".join(map(str, V_SHAPE_ON_GLOO_SINCE))
         return (f"schedule {info.name!r} on gloo needs torch {since} or newer: torch {version} sends a rank a "
                 "tensor from itself while setting up its two stages, which gloo refuses; use interleaved-zb, "

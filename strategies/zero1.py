@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from strategies.base import OptimizerChoice
-from strategies.ddp import DistributedDataParallelStrategy
+from strategies.ddp import DDPRankFields, DistributedDataParallelStrategy
 
 
 def sharded_optimizer(params: object, choice: OptimizerChoice) -> torch.optim.Optimizer:
@@ -36,6 +36,6 @@ class ZeRO1Strategy(DistributedDataParallelStrategy):
     def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:
         return sharded_optimizer(model.parameters(), choice)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[DDPRankFields]) -> dict[str, object]:
         return {**super().record_fields(model, per_rank), "zero_stage": "ZeRO-1",
                 "optimizer": "torch.distributed.optim.ZeroRedundancyOptimizer"}

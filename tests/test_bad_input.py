@@ -64,6 +64,7 @@ def test_bad_run_input_is_one_clear_line(
     assert results.read_text() == '{"kept": true}\n'  # nothing appended or overwritten
 
 
+@pytest.mark.launches
 def test_a_bad_command_line_in_a_real_process_exits_2_without_traceback(results: Path) -> None:
     proc = run_bench("run", "--strategy", "magic", "--out", str(results), timeout=60)
     assert proc.returncode == 2

@@ -8,8 +8,6 @@ from bench.cli import main
 from strategies import STRATEGIES
 from strategies.schedules import available_schedules
 
-pytestmark = pytest.mark.quick
-
 
 def test_list_names_every_strategy_and_the_schedules_this_torch_offers(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0

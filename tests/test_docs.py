@@ -12,8 +12,6 @@ import torch
 
 from bench.cli import build_parser
 
-pytestmark = pytest.mark.quick
-
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_VALUE = re.compile(r"\$\(\([^)]*\)\)|\$\{?\w+\}?")

@@ -6,11 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.cli import ROOT
 
 LEFT_FOR_WHERE_THEY_ARE_USED = ("torchvision", "seaborn", "matplotlib", "bench.baselines.plain_fsdp")
 
 
+@pytest.mark.launches
 def test_the_cli_leaves_torchvision_plotting_and_fsdp_baselines_to_the_commands_that_use_them() -> None:
     probe = f"import sys, bench.cli; print([m for m in {LEFT_FOR_WHERE_THEY_ARE_USED!r} if m in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -44,6 +44,7 @@ def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.launches
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
     marker = f"sleeper-{tmp_path.name}"

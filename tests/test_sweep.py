@@ -62,6 +62,7 @@ def sweep_args(out: Path, *extra: str) -> list[str]:
             "--out", str(out), *extra]
 
 
+@pytest.mark.launches
 def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resumes(tmp_path: Path) -> None:
     out = tmp_path / "sweep.jsonl"
     proc = run_bench(*sweep_args(out, "--models", "tests.faulty_models:raising,mlp"), env={"PYTHONPATH": "."})
@@ -84,6 +85,7 @@ def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resume
     assert out.read_text() == before
 
 
+@pytest.mark.launches
 def test_a_stalled_configuration_times_out_as_a_row(tmp_path: Path) -> None:
     out = tmp_path / "sweep.jsonl"
     start = time.monotonic()
