@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import models
-from bench import failures, sweep, verify
+from bench import failures, plan_cli, sweep, verify
 from bench import report_cli as report
 from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
 from bench.config import RunConfig, from_json, gpus_available, resolve, to_json
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(commands)
     verify.add_parser(commands)
     predict_cli.add_parsers(commands)
+    plan_cli.add_parser(commands)
     fidelity = commands.add_parser("fidelity", help="time the harness against hand-written loops, side by side")
     add_config_arguments(fidelity, RunConfig, skip=("strategy", "devices", "optimizer", "lr", "out", *FIDELITY_FP32,
                                                     *FIDELITY_FIXED))
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return predict_cli.calibrate_main(args)
     if args.command == "predict":
         return predict_cli.predict_main(args)
+    if args.command == "plan":
+        return plan_cli.main(args)
     raise AssertionError(args.command)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -241,11 +242,17 @@ class BuiltModelFacts:
 
 
 def _model_facts(config: RunConfig) -> BuiltModelFacts:
+    return _facts_of(config.model, config.preset, config.norm)
+
+
+@functools.lru_cache(maxsize=64)
+def _facts_of(model: str, preset: str, norm: str) -> BuiltModelFacts:
     # Built on the meta device: no memory, no arithmetic, and a user's model that fails to
-    # build fails here, before any process starts.
+    # build fails here, before any process starts. Once per model a process: bench plan resolves
+    # thousands of configurations of one model, and a large preset takes ~25 ms to build even so.
     try:
         with torch.device("meta"):
-            spec = models.build_model(config.model, config.preset, config.norm)
+            spec = models.build_model(model, preset, norm)
     except models.ModelImportError as exc:
         raise ConfigError(str(exc)) from None
     inputs, _ = spec.make_batch(1, torch.Generator().manual_seed(0))
