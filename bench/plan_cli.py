@@ -16,6 +16,7 @@ from bench.cli_args import comma_list, fail
 from bench.config import RunConfig
 from bench.environment import environment
 from bench.planner.commands import commands
+from bench.planner.measure import Measured, first_pick_in_measured_tie, measure, rank_correlation
 from bench.planner.search import Candidate, PlanResult, search, tied_with_first, why_slower
 from bench.planner.space import SearchSpace
 from bench.predict.calibration import Calibration
@@ -55,6 +56,24 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
                       help="candidates predicted within this share of the best are a tie (default: %(default)s)")
     plan.add_argument("--precision", default="bf16", help="with --hardware: bf16, tf32 or fp32 (default: bf16)")
     plan.add_argument("--out", default="results/plan.jsonl", help="records of kind plan (default: %(default)s)")
+    measure = plan.add_argument_group("checked where it runs (with --calibration: this machine's devices)")
+    measure.add_argument("--measure", type=_count_or_all, default=0,
+                         help="run the top K candidates (or all), and the best ddp one, with repeats, as bench sweep "
+                              "does, and hold the measured order against the predicted (default: none)")
+    measure.add_argument("--repeats", type=int, default=3, help="runs of each measured candidate (default: 3)")
+    measure.add_argument("--steps", type=int, default=6, help="timed steps of each run (default: 6)")
+    measure.add_argument("--warmup", type=int, default=2, help="untimed steps of each run (default: 2)")
+    measure.add_argument("--run-timeout-s", type=float, default=600.0, help="limit per run (default: 600)")
+    measure.add_argument("--measured-out", default=None,
+                         help="the measured runs' records (default: beside --out, <stem>-measured.jsonl)")
+
+
+def _count_or_all(text: str) -> int:
+    """``--measure``: a number of candidates, or ``all`` (every one that fits)."""
+    return ALL if text == "all" else int(text)
+
+
+ALL = 1 << 30
 
 
 def main(args: argparse.Namespace) -> int:
@@ -76,12 +95,45 @@ def main(args: argparse.Namespace) -> int:
     if not result.ranked:
         fail("bench plan", _nothing_fits(result, space, budget))
     _print(result, args, label, budget, per_node)
+    measured = _measure(result, args) if args.measure else {}
     tied = tied_with_first(result.ranked, args.tie_band)
-    for rank, candidate in enumerate(result.ranked[:args.top]):
+    for rank, candidate in enumerate(result.ranked[:max(args.top, len(measured))]):
         above = result.ranked[rank - 1] if rank else None
-        append_record(args.out, _record(candidate, rank + 1, above, tied[rank], result, space, label, per_node))
+        record = _record(candidate, rank + 1, above, tied[rank], result, space, label, per_node)
+        if rank + 1 in measured:
+            m = measured[rank + 1]
+            record.update(measured_samples_per_s=m.median, measured_interval=m.interval,
+                          measured_repeats=len(m.samples_per_s))
+        append_record(args.out, record)
     print(f"  -> {args.out}")
     return 0
+
+
+def _measure(result: PlanResult, args: argparse.Namespace) -> dict[int, Measured]:
+    """Runs the chosen candidates here and prints predicted against measured; keyed by predicted rank."""
+    chosen = result.ranked[:args.measure]
+    ddp = next((c for c in result.ranked if c.config.strategy == "ddp"), None)  # the plain baseline, always
+    if ddp is not None and ddp not in chosen:
+        chosen.append(ddp)
+    out = Path(args.measured_out or Path(args.out).with_name(Path(args.out).stem + "-measured.jsonl"))
+    measured = measure(chosen, out, args.repeats, args.steps, args.warmup, args.run_timeout_s)
+    ranks = {id(c): i + 1 for i, c in enumerate(result.ranked)}
+    by_rank = {ranks[id(m.candidate)]: m for m in measured}
+    ran = [m for m in measured if m.median is not None]
+    correlation = rank_correlation([m.candidate.samples_per_s for m in ran], [m.median or 0.0 for m in ran])
+    print(f"  measured here ({args.repeats} repeats each, -> {out}):")
+    order = sorted(ran, key=lambda m: -(m.median or 0.0))
+    for m in measured:
+        interval = f"[{m.interval[0]:.1f}, {m.interval[1]:.1f}]" if m.interval else "(one repeat)"
+        place = f"measured #{order.index(m) + 1}" if m in order else "no undisturbed run"
+        print(f"    predicted #{ranks[id(m.candidate)]:<3} {_label(m.candidate):<40} predicted "
+              f"{m.candidate.samples_per_s:10.1f}  measured {m.median or float('nan'):10.1f} {interval}  {place}")
+    inside = first_pick_in_measured_tie([by_rank[k] for k in sorted(by_rank)])
+    print(f"  rank correlation, predicted vs measured: "
+          f"{'n/a' if correlation is None else f'{correlation:.2f}'}; the first pick "
+          + {True: "is within the measured best's interval", False: "is NOT within the measured best's interval",
+             None: "cannot be judged (too few undisturbed repeats)"}[inside])
+    return by_rank
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -95,6 +147,12 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--top must be at least 1, got {args.top}")
     for name in args.strategies:
         strategy_class(name)
+    if args.measure and args.hardware:
+        raise ConfigError("--measure runs the candidates on this machine: plan with --calibration of it, "
+                          "not a --hardware profile")
+    for flag, value in (("--measure", args.measure), ("--repeats", args.repeats), ("--steps", args.steps)):
+        if value < (0 if flag == "--measure" else 1):
+            raise ConfigError(f"{flag} must be at least {0 if flag == '--measure' else 1}, got {value}")
     if args.global_batch is not None and args.global_batch < 1:
         raise ConfigError(f"--global-batch must be at least 1, got {args.global_batch}")
 
