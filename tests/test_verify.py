@@ -19,6 +19,7 @@ from bench.launch import ChildOutcome
 from bench.plan import run_key
 from bench.records import append_record, build_record, read_records
 from bench.runner import train
+from tests.helpers.cli import run_bench
 from tests.helpers.twins import register_twins
 
 ENV = {"hostname": "testhost"}
@@ -88,3 +89,15 @@ def test_compare_fails_equal_parameters_when_the_losses_differ(tmp_path: Path) -
     assert (param_diff, passed) == (0.0, False)
     assert loss_diff == pytest.approx(0.25)
 
+
+
+def test_bench_verify_runs_its_children_for_real_and_passes_mp(tmp_path: Path) -> None:
+    # The one run through real `bench run` children (the reference, then mp): what the in-process runs above
+    # stand in for, a command line that carries the checkpoint and the record to where compare reads them.
+    out = tmp_path / "verify.jsonl"
+    proc = run_bench("verify", "--strategies", "mp", "--models", "mlp", "--steps", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = _rows(out)
+    assert (row["strategy"], row["devices"], row["passed"]) == ("mp", 2, True)
+    assert 0 <= row["max_param_diff"] < 1e-5 and 0 <= row["max_loss_diff"] < 1e-5
+    assert f"{row['max_param_diff']:.2e}" in proc.stdout and proc.stdout.rstrip().endswith("pass")
