@@ -106,9 +106,11 @@ PER_DEVICE_CASES = [Case(name, "mlp", 2, "tiny", "fp32") for name in ("ddp", "ze
 
 
 @pytest.mark.distributed
-def test_per_device_cases_train(tmp_path: Path) -> None:
+def test_per_device_cases_train(bench_options: dict, tmp_path: Path) -> None:
     """The matrix's own configurations of the torchrun strategies, in one 2-rank process group instead of
     five launches (12-15 s each on 2 cores): each trains like single and makes a full record."""
+    if bench_options["enabled"]:
+        pytest.skip("with --benchmark, test_torchrun_launch launches every one of them")
     configs = [_resolved(case, 2, 1, tmp_path / "r.jsonl") for case in PER_DEVICE_CASES]
     env = environment()
     for case, config, results in zip(PER_DEVICE_CASES, configs, run_ranks_sequence(configs, 2, tmp_path),
