@@ -1,4 +1,4 @@
-"""Models that fail on purpose, loaded through ``--model tests.faulty_models:NAME`` like any user's model."""
+"""Models that fail or stall on purpose, loaded through ``--model tests.faulty_models:NAME`` like any user's model."""
 
 from __future__ import annotations
 
@@ -63,3 +63,19 @@ def host_out_of_memory(preset: str = "tiny") -> ModelSpec:
 def out_of_memory(preset: str = "tiny") -> ModelSpec:
     """Runs out of memory in its first forward (simulated, so it works on any device)."""
     return _with_block(OutOfMemory(), preset)
+
+
+SLEEP_MS_PER_SAMPLE = 5.0
+"""The sleeping model's forward time per sample: a step whose length the tests know in advance."""
+
+
+class SleepPerSample(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(len(x) * SLEEP_MS_PER_SAMPLE / 1e3)
+        return x
+
+
+def sleeping(preset: str = "tiny") -> ModelSpec:
+    """The mlp whose forward sleeps SLEEP_MS_PER_SAMPLE per sample: step time in proportion to the work,
+    and far above the noise of a busy machine, so a timing guard can be held to its real target."""
+    return _with_block(SleepPerSample(), preset)

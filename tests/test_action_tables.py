@@ -73,6 +73,69 @@ def test_simulation_is_right_where_the_formula_is_not() -> None:
     assert theoretical_bubble(info, 2, 1, 2) == pytest.approx(1 / 2)
 
 
+def _schedule_row(actions: list[Action]) -> str:
+    return " ".join(f"{a.kind}{a.stage}.{a.microbatch}" for a in actions)
+
+
+# The zero-bubble schedules' orders as torch plans them (kind, stage.micro-batch), and their timelines
+# replayed by hand with F = I = W = 1, B = 2:
+#
+#   interleaved-zb, p = 2, m = 2 (one stage per rank); busy 6 of 7 on each rank, bubble 1/7:
+#     rank 0   F0.0 F0.1 .    I0.0 W0.0 I0.1 W0.1
+#     rank 1   .    F1.0 I1.0 F1.1 I1.1 W1.0 W1.1
+#
+#   zbv, p = 2, v = 2, m = 2 (rank 0 holds stages 0 and 3, rank 1 stages 1 and 2: the V); busy 12 of 14:
+#     rank 0   F0.0 F0.1 .    F3.0 I3.0 W3.0 F3.1 I3.1 W3.1 I0.0 W0.0 .    I0.1 W0.1
+#     rank 1   .    F1.0 F2.0 F1.1 F2.1 I2.0 W2.0 I1.0 W1.0 I2.1 W2.1 I1.1 W1.1 .
+ZERO_BUBBLE_TABLES = {
+    ("interleaved-zb", 1, 2): ({0: "F0.0 F0.1 I0.0 W0.0 I0.1 W0.1", 1: "F1.0 I1.0 F1.1 I1.1 W1.0 W1.1"}, 1 / 7),
+    ("zbv", 2, 2): ({0: "F0.0 F0.1 F3.0 I3.0 W3.0 F3.1 I3.1 W3.1 I0.0 W0.0 I0.1 W0.1",
+                     1: "F1.0 F2.0 F1.1 F2.1 I2.0 W2.0 I1.0 W1.0 I2.1 W2.1 I1.1 W1.1"}, 1 / 7),
+    # DualPipeV needs m >= its 4 stages; its full backwards (B) are the overlapped F/B pairs. Rank 0 idles
+    # once, between F3.3 (ends at 16) and B0.1 (waits for B1.1, which ends at 17): busy 24 of 25.
+    ("dualpipev", 2, 4): ({0: "F0.0 F0.1 F0.2 F3.0 I3.0 W3.0 F3.1 F0.3 B3.1 F3.2 B0.0 B3.2 F3.3 B0.1 B3.3 I0.2 W0.2 "
+                              "I0.3 W0.3",
+                           1: "F1.0 F2.0 F1.1 F2.1 F1.2 B2.0 F2.2 B1.0 F1.3 B2.1 F2.3 B1.1 B2.2 B1.2 I2.3 I1.3 W2.3 "
+                              "W1.3"}, 1 / 25),
+}
+
+
+@pytest.mark.parametrize(("schedule", "v", "m"), list(ZERO_BUBBLE_TABLES), ids=[k[0] for k in ZERO_BUBBLE_TABLES])
+def test_zero_bubble_schedules_run_their_literal_tables_with_their_literal_bubbles(
+    schedule: str, v: int, m: int
+) -> None:
+    if schedule not in available_schedules():
+        pytest.skip(f"{schedule} is not in this torch")
+    table, bubble = ZERO_BUBBLE_TABLES[(schedule, v, m)]
+    info = BY_NAME[schedule]
+    assert {r: _schedule_row(a) for r, a in action_table(info, 2, v, m).items()} == table
+    assert theoretical_bubble(info, 2, m, v) == pytest.approx(bubble)
+
+
+def _diagram(spans: list) -> dict[int, str]:
+    """Each rank's simulated timeline drawn as above: one cell per time unit, "." where it idles."""
+    makespan = int(max(s.end for s in spans))
+    cells = {s.rank: ["."] * makespan for s in spans}
+    for s in spans:
+        cells[s.rank][int(s.start)] = f"{s.action.kind}{s.action.stage}.{s.action.microbatch}"
+        for t in range(int(s.start) + 1, int(s.end)):
+            cells[s.rank][t] = "--"
+    return {r: " ".join(row) for r, row in cells.items()}
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv"])
+def test_the_zero_bubble_timelines_are_the_hand_drawn_ones(schedule: str) -> None:
+    if schedule not in available_schedules():
+        pytest.skip(f"{schedule} is not in this torch")
+    v = 1 if schedule == "interleaved-zb" else 2
+    drawn = {
+        "interleaved-zb": {0: "F0.0 F0.1 . I0.0 W0.0 I0.1 W0.1", 1: ". F1.0 I1.0 F1.1 I1.1 W1.0 W1.1"},
+        "zbv": {0: "F0.0 F0.1 . F3.0 I3.0 W3.0 F3.1 I3.1 W3.1 I0.0 W0.0 . I0.1 W0.1",
+                1: ". F1.0 F2.0 F1.1 F2.1 I2.0 W2.0 I1.0 W1.0 I2.1 W2.1 I1.1 W1.1 ."},
+    }[schedule]
+    assert _diagram(simulate(action_table(BY_NAME[schedule], 2, v, 2))) == drawn
+
+
 @pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv", "dualpipev"])
 def test_zero_bubble_schedules_have_a_bubble_and_it_is_smaller(schedule: str) -> None:
     if schedule not in available_schedules():

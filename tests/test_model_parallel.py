@@ -51,6 +51,11 @@ def test_mp_trains_like_one_device(
     busy = fields["stage_busy_ms"]
     assert len(busy) == devices and all(b > 0 for b in busy)
     assert all(0 < bubble < 1 for bubble in fields["measured_bubble_fraction_per_device"])
+    # ... and exactly so: one thread issues every span, so no two overlap, and the devices' busy shares
+    # (1 - bubble) add up to at most the whole step. A timer timing the wrong interval breaks both.
+    spans = sorted((s["start_ms"], s["end_ms"]) for s in timeline)
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False)), spans
+    assert sum(1 - bubble for bubble in fields["measured_bubble_fraction_per_device"]) <= 1 + 1e-9
     assert fields["stage_imbalance"] == pytest.approx(max(busy) / (sum(busy) / devices))
     assert result.topology.emulated
 

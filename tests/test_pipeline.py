@@ -6,18 +6,22 @@ costs seconds, a tiny run a fraction of one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.config import RunConfig, resolve
 from bench.records import read_records
 from bench.runner import global_losses
-from strategies.action_tables import theoretical_bubble
+from strategies import timing
 from strategies.pipeline import torch_refusal
 from strategies.schedules import BY_NAME, available_schedules
+from strategies.timing import RankTiming, StepLog, StepTimer, pipeline_fields, timed_step
 from tests.helpers.cli import BenchRun, run_in_process
+from tests.helpers.clock import FakeClock
 from tests.helpers.equivalence import assert_matches_reference, reference
 from tests.helpers.ranks import merged_state, run_ranks_sequence
 
@@ -42,6 +46,10 @@ CONFIGS = {
 }
 # With v = 2 the multi-stage schedules run 4 stages on the 2 ranks (mlp tiny has 5 blocks).
 assert {c.stages_per_rank for c in CONFIGS.values()} <= {1, 2}
+THEORETICAL_BUBBLE = {"gpipe": 1 / 5, "1f1b": 1 / 5, "interleaved-1f1b": 1 / 9, "looped-bfs": 1 / 9,
+                      "interleaved-zb": 1 / 13, "zbv": 1 / 25, "dualpipev": 1 / 25}
+"""p = 2, m = 4: (p-1)/(m+p-1) for gpipe and 1f1b, divided by v = 2 for the interleaved ones; the zero-bubble
+ones replayed by hand as tests/test_action_tables.py draws them (F = I = W = 1, B = 2)."""
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +69,6 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
     assert_matches_reference(losses, merged_state(results), reference(config))
 
     fields = results[0].strategy_fields
-    info = BY_NAME[config.schedule]
     stages = 2 * config.stages_per_rank
     assert fields["schedule"] == config.schedule and fields["stages"] == stages and fields["backend"] == "gloo"
     # Only the rank that holds the last stage reports a loss.
@@ -78,7 +85,13 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
     assert {s["rank"] for s in timeline} == {0, 1}
     assert 0 < fields["measured_bubble_fraction"] < 1 and fields["stage_imbalance"] >= 1
     assert len(fields["stage_busy_ms"]) == stages and len(fields["stage_peak_mem_bytes"]) == 2
-    assert fields["theoretical_bubble_fraction"] == theoretical_bubble(info, 2, 4, config.stages_per_rank)
+    assert fields["theoretical_bubble_fraction"] == pytest.approx(THEORETICAL_BUBBLE[config.schedule])
+    # A rank computes one thing at a time, inside its step: a timer that timed the wrong interval (from the
+    # step's start, or across the wait for a neighbour) would overlap its spans or run past the step.
+    for rank in (0, 1):
+        mine = sorted((s["start_ms"], s["end_ms"]) for s in timeline if s["rank"] == rank)
+        assert all(start <= end for start, end in mine)
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(mine, mine[1:], strict=False)), mine
     # The update (scaling by 1/m, the optimizer step) is timed apart from the schedule.
     assert fields["update_ms"] > 0 and 0 < fields["update_fraction"] < 1 and fields["schedule_ms"] > 0
 
@@ -151,3 +164,52 @@ def test_a_refused_schedule_is_one_line_before_any_process_starts(
     code, err = run_in_process(capsys, "run", "--model", "mlp", "--preset", "tiny", "--out", str(results), *args)
     assert code == 2 and err.count("\n") == 1 and "on gloo needs torch 2.14 or newer" in err, err
     assert not results.exists()
+
+
+# GPipe, p = 2, m = 2, drawn in ms (F = 1, B = 2), then a 0.5 ms update on each rank:
+#   rank 0   F0 F1 .  .  .  B0 B0 B1 B1        busy 6 of the slowest rank's 9: bubble 1/3
+#   rank 1   .  F0 F1 B0 B0 B1 B1              busy 6 of 9: bubble 1/3
+GPIPE_2X2 = {0: [("F", 0, 1), ("F", 1, 1), (None, 0, 3), ("B", 0, 2), ("B", 1, 2)],
+             1: [(None, 0, 1), ("F", 0, 1), ("F", 1, 1), ("B", 0, 2), ("B", 1, 2)]}
+
+
+@contextlib.contextmanager
+def _span_from_step_start(self: StepTimer, stage: int, microbatch: int, kind: str, device: torch.device):  # noqa: ANN202
+    """A broken stage timer: every span timed from the step's start instead of its own."""
+    yield
+    self._marks.append((stage, microbatch, kind, device, self._origin[device], timing.time.perf_counter()))
+
+
+@pytest.mark.parametrize("broken", [None, "span timed from the step's start"])
+def test_the_bubble_of_a_hand_built_gpipe_timeline_is_one_third(
+    broken: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(timing, "time", clock)
+    if broken:
+        monkeypatch.setattr(StepTimer, "span", _span_from_step_start)
+    cpu = torch.device("cpu")
+    per_rank = []
+    for rank, actions in GPIPE_2X2.items():
+        clock.now = 100.0  # both ranks start the step at once
+        timer, log = StepTimer(), StepLog(warmup=0)
+        with timed_step(timer, log, [cpu]) as step_clock:
+            for kind, microbatch, ms in actions:
+                with timer.span(rank, microbatch, kind, cpu) if kind else contextlib.nullcontext():
+                    clock.now += ms / 1e3
+            with step_clock.update():
+                clock.now += 0.5e-3
+        per_rank.append(RankTiming.of(log, rank, [[rank]]))
+    fields = pipeline_fields(per_rank)
+    spans = sorted((s["rank"], s["start_ms"], s["end_ms"]) for s in fields["timeline"])
+    overlapping = any(a[0] == b[0] and a[2] > b[1] for a, b in zip(spans, spans[1:], strict=False))
+    if broken:  # the bubble is off, and the real runs' check (no rank's spans overlap) sees it
+        assert fields["measured_bubble_fraction"] != pytest.approx(1 / 3) and overlapping
+        return
+    assert fields["schedule_ms"] == pytest.approx(9.0) and fields["update_ms"] == pytest.approx(0.5)
+    assert fields["stage_busy_ms"] == pytest.approx([6.0, 6.0]) and not overlapping
+    assert fields["measured_bubble_fraction_per_device"] == pytest.approx([1 / 3, 1 / 3])
+    assert fields["measured_bubble_fraction"] == pytest.approx(1 / 3)
+    assert fields["update_fraction"] == pytest.approx(0.5 / 9.5)
+    assert (1, 1, "B", pytest.approx(5.0), pytest.approx(7.0)) in [
+        (s["rank"], s["microbatch"], s["kind"], s["start_ms"], s["end_ms"]) for s in fields["timeline"]]

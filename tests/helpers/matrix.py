@@ -33,17 +33,21 @@ def _device_counts(option: str | None) -> list[int]:
 
 
 def cases(config: pytest.Config) -> list[Case]:
+    """The matrix: each strategy at each device count it can use, with the knobs it can take. Any case
+    ``bench`` still refuses is a matrix that plans what cannot run: its test fails (test_matrix.py)."""
     strategies = (config.getoption("--bench-strategies") or ",".join(STRATEGIES)).split(",")
     model_names = config.getoption("--bench-models").split(",")
     preset = config.getoption("--bench-preset") or ("large" if torch.cuda.is_available() else "tiny")
+    precision, compiled = config.getoption("--bench-precision"), config.getoption("--bench-compile")
     out = []
     for name in strategies:
         cls = STRATEGIES[name]
+        if (compiled and cls.compile_refusal) or (precision == "fp16" and cls.fp16_refusal):
+            continue  # the strategy says it cannot, whatever the model and the devices
         for devices in _device_counts(config.getoption("--bench-devices")):
             if devices < cls.min_devices or (cls.max_devices is not None and devices > cls.max_devices):
                 continue
-            out += [Case(name, model, devices, preset, config.getoption("--bench-precision"),
-                         config.getoption("--bench-compile")) for model in model_names]
+            out += [Case(name, model, devices, preset, precision, compiled) for model in model_names]
     return out
 
 
