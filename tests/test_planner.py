@@ -125,3 +125,25 @@ def test_run_flags_leave_defaults_out_but_always_name_the_essentials() -> None:
     assert run_flags(config) == ["--strategy", "ddp", "--model", "mlp", "--preset", "small", "--devices", "2",
                                  "--batch-size", "64"]
     assert "--no-reshard-after-forward" in run_flags(dataclasses.replace(config, reshard_after_forward=False))
+
+
+def test_rank_correlation_is_spearmans_with_average_ranks_for_ties() -> None:
+    from bench.planner.measure import rank_correlation
+
+    assert rank_correlation([3.0, 2.0, 1.0], [30.0, 20.0, 10.0]) == pytest.approx(1.0)
+    assert rank_correlation([3.0, 2.0, 1.0], [10.0, 20.0, 30.0]) == pytest.approx(-1.0)
+    assert rank_correlation([4.0, 3.0, 2.0, 1.0], [40.0, 10.0, 30.0, 20.0]) == pytest.approx(0.4)
+    assert rank_correlation([1.0, 2.0], [5.0, 5.0]) is None  # no spread in what was measured
+    assert rank_correlation([1.0], [2.0]) is None
+
+
+def test_the_first_pick_is_in_the_measured_tie_only_where_the_intervals_meet() -> None:
+    from bench.planner.measure import Measured, first_pick_in_measured_tie
+
+    first = Candidate(BASE, {}, BASE)
+    second = Candidate(dataclasses.replace(BASE, strategy="ddp"), {}, BASE)
+    near = [Measured(first, 1, [95.0, 100.0, 105.0]), Measured(second, 2, [100.0, 104.0, 108.0])]
+    far = [Measured(first, 1, [60.0, 61.0, 62.0]), Measured(second, 2, [100.0, 104.0, 108.0])]
+    assert first_pick_in_measured_tie(near) is True
+    assert first_pick_in_measured_tie(far) is False
+    assert first_pick_in_measured_tie([Measured(first, 1, [50.0]), Measured(second, 2, [100.0])]) is None
