@@ -78,9 +78,14 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
     named only where its throughput interval clears every other's; else the tie, or why none is named."""
     if runs.empty:
         return runs
-    trusted = runs[(runs["verified"] != WRONG) & ~runs["all_disturbed"]]
     rows = []
-    for (panel, devices, batch), group in trusted.groupby(["panel", "devices", "global_batch"], sort=True):
+    for (panel, devices, batch), every in runs.groupby(["panel", "devices", "global_batch"], sort=True):
+        group = every[(every["verified"] != WRONG) & ~every["all_disturbed"]]
+        if group.empty:  # nothing left to rank: say why rather than drop the panel
+            rows.append({"panel": panel, "devices": devices, "global_batch": batch, "fastest": _unranked(every),
+                         "winners": (), "samples_per_s": "", "speedup": "", "repeats": 0, "verified": "",
+                         "emulated": bool(every["emulated"].any())})
+            continue
         ranked = group.sort_values("samples_per_s", ascending=False)
         best = ranked.iloc[0]
         rows.append({"panel": panel, "devices": devices, "global_batch": batch, "fastest": _verdict(ranked),
@@ -92,6 +97,13 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
                      "verified": best["verified"], "emulated": best["emulated"]})
     table = pd.DataFrame(rows)
     return table if _baseline_column(table) else table.drop(columns="baseline", errors="ignore")
+
+
+def _unranked(every: pd.DataFrame) -> str:
+    """Why a panel whose every configuration was left out names no fastest."""
+    if every["all_disturbed"].all():
+        return "not ranked: every run was disturbed by other work on the machine"
+    return "not ranked: every configuration was shown wrong by `bench verify`"
 
 
 def _ranked(ranked: pd.DataFrame) -> bool:
