@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports.stats import bootstrap_interval
+from bench.stats import bootstrap_interval
 
 BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
 """What a run shares with the run it is compared with: model and size, global batch, arithmetic."""

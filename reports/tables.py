@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
+from bench.stats import with_interval
 from reports.scaling import left_out
-from reports.stats import with_interval
 
 VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
 
