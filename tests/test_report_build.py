@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def _write(tmp_path: Path, records: list[dict]) -> Path:
 def test_the_report_builds_from_any_mix_of_records(mix: str, tmp_path: Path) -> None:
     written = build_report(load([_write(tmp_path, MIXES[mix])]), tmp_path / "report")
     md = written[0].read_text()
-    assert md.startswith("# ") and "## Environment" in md
+    assert md.startswith("# ") and ": Environment\n" in md
+    assert not re.search(r"^\|(\s*\|)+$", md, re.M)  # no row of empty cells (the old Environment of verify)
     assert (tmp_path / "report" / "report.html").read_text().endswith("</html>")
 
 
@@ -68,3 +70,20 @@ def test_a_panel_whose_runs_were_all_disturbed_is_not_ranked_beside_one_that_ran
     assert table.loc[("cnn/small", 2), "fastest"].startswith("not ranked: every run was disturbed")
     assert table.loc[("cnn/small", 2), "winners"] == ()
     assert table.loc[("mlp/small", 2), "fastest"] == "ddp (the only one measured)"
+
+
+@pytest.mark.parametrize("mix", ["verify alone", "predictions alone"])
+def test_records_without_an_environment_add_no_empty_environment_row(mix: str, tmp_path: Path) -> None:
+    # Old code: one row of empty cells per environment-less record kind ("|  |  |  |" under Environment).
+    md = build_report(load([_write(tmp_path, MIXES[mix])]), tmp_path / "r")[0].read_text()
+    environment = md.split(": Environment\n", 1)[1]
+    assert "|" not in environment and "No record carried its machine's environment" in environment
+
+
+def test_integer_library_versions_print_as_they_were_recorded(tmp_path: Path) -> None:
+    # Old code: cuDNN 92400 printed as "92,400" (a float cell with a thousands separator).
+    run, other = record("single", 1, 100.0), record("ddp", 2, 180.0)
+    run["env"] = {**run["env"], "cudnn": 92400}
+    other["env"] = {**other["env"], "hostname": "nocudnn", "cudnn": None}  # a NaN makes the column float
+    md = build_report(load([_write(tmp_path, [run, other])]), tmp_path / "r")[0].read_text()
+    assert "| 92400 |" in md and "92,400" not in md
