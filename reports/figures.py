@@ -39,6 +39,12 @@ def strategy_of(variant: str) -> str:
     return variant.split(" ", 1)[0]
 
 
+def in_order(variants: object) -> list[str]:
+    """Variants in the strategies' fixed order (the legend's), then by name."""
+    known = {name: i for i, name in enumerate(_ORDER)}
+    return sorted({str(v) for v in variants}, key=lambda v: (known.get(strategy_of(v), len(_ORDER)), v))
+
+
 def marker(variant: str, variants: list[str]) -> str:
     """Variants of one strategy share its colour and differ by marker."""
     same = [v for v in variants if strategy_of(v) == strategy_of(variant)]

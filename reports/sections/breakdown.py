@@ -23,13 +23,17 @@ def _value(row: dict, column: str) -> float:
     return 0.0 if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
+def _known(value: object) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
 def parts(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration and source (measured, PREDICTED) and part: ms of the step."""
     rows = []
     for r in runs.to_dict("records"):
         label = f"{r['variant']} x{r['devices']}"
         step = float(r["step_time_ms"])
-        if not math.isnan(_value(r, "bubble_measured")) and r.get("bubble_measured") is not None:
+        if _known(r.get("bubble_measured")):
             bubble, update = _value(r, "bubble_measured") * step, _value(r, "update_fraction") * step
             measured = {"compute + communication": step - bubble - update, "bubble": bubble, "update": update}
         else:
@@ -49,7 +53,8 @@ def parts(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _figure(data: pd.DataFrame, ctx: Context) -> object:
     names = sorted(data["panel"].unique())
-    fig, axes = figures.panels(len(names), width=5.5, height=0.9 + 0.32 * data["configuration"].nunique() * 2)
+    bars = data.groupby("panel")[["configuration", "source"]].apply(lambda g: len(g.drop_duplicates())).max()
+    fig, axes = figures.panels(len(names), width=5.5, height=0.8 + 0.3 * int(bars))
     for ax, name in zip(axes, names, strict=True):
         panel = data[data["panel"] == name]
         bars = list(dict.fromkeys(f"{c} {s}" for c, s in zip(panel["configuration"], panel["source"], strict=True)))

@@ -60,14 +60,18 @@ def _lines(data: pd.DataFrame, y: str, ylabel: str, title: str, out_name: str, c
            ideal: pd.DataFrame | None = None, one: bool = False) -> object:
     """One panel per model: a line per variant in its strategy's colour, error bars where there are intervals."""
     names = sorted(data["panel"].unique())
-    variants = sorted(data["variant"].unique())
+    variants = figures.in_order(data["variant"].unique())
     fig, axes = figures.panels(len(names))
     for ax, name in zip(axes, names, strict=True):
         panel = data[data["panel"] == name]
+        log = panel["devices"].nunique() > 2
         for variant, part in panel.groupby("variant"):
             part = part.sort_values("devices")
             errors = [(part[y] - part[f"{y}_low"]).fillna(0), (part[f"{y}_high"] - part[y]).fillna(0)]
-            ax.errorbar(part["devices"], part[y], yerr=errors, label=variant, capsize=3,
+            # Dodged a little sideways, so the bars of configurations at one device count do not hide each other.
+            shift = (variants.index(variant) - (len(variants) - 1) / 2) * 0.025
+            xs = part["devices"] * (2 ** shift) if log else part["devices"] + shift * 2
+            ax.errorbar(xs, part[y], yerr=errors, label=variant, capsize=3,
                         color=figures.colour(figures.strategy_of(variant)),
                         marker=figures.marker(variant, variants))
         if ideal is not None and not ideal[ideal["panel"] == name].empty:
