@@ -31,6 +31,9 @@ from reports.sections import (
     what_if,
 )
 
+__all__ = ["FIDELITY_HINT", "SECTIONS", "build_report", "report_from_files"]
+FIDELITY_HINT = fidelity.FIDELITY_HINT  # where tests/test_fidelity.py reads it
+
 log = logging.getLogger(__name__)
 
 SECTIONS: list[Callable[[Context], Section | None]] = [

@@ -39,11 +39,16 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *rows])
 
 
+APPENDIX = Section("Appendix", ["The evidence behind the sections above: verification, how far to trust the "
+                                 "timings, traces, what did not run, the machines."])
+"""The heading between the body and the appendix sections (which keep their own titles)."""
+
+
 def _ordered(sections: list[Section]) -> list[tuple[str, Section]]:
-    """Each section with its heading: the appendix's numbered A, B, ... after the body."""
+    """Each section with its heading: the body, then the Appendix heading and the appendix's sections."""
     body = [(s.title, s) for s in sections if not s.appendix]
-    rest = [s for s in sections if s.appendix]
-    return body + [(f"Appendix {chr(ord('A') + i)}: {s.title}", s) for i, s in enumerate(rest)]
+    rest = [(s.title, s) for s in sections if s.appendix]
+    return body + ([(APPENDIX.title, APPENDIX)] if rest else []) + rest
 
 
 def write_markdown(title: str, sections: list[Section], path: Path, banner: str | None = None) -> None:

@@ -48,7 +48,7 @@ def _write(tmp_path: Path, records: list[dict]) -> Path:
 def test_the_report_builds_from_any_mix_of_records(mix: str, tmp_path: Path) -> None:
     written = build_report(load([_write(tmp_path, MIXES[mix])]), tmp_path / "report")
     md = written[0].read_text()
-    assert md.startswith("# ") and ": Environment\n" in md
+    assert md.startswith("# ") and "## Environment\n" in md
     assert not re.search(r"^\|(\s*\|)+$", md, re.M)  # no row of empty cells (the old Environment of verify)
     assert (tmp_path / "report" / "report.html").read_text().endswith("</html>")
 
@@ -76,7 +76,7 @@ def test_a_panel_whose_runs_were_all_disturbed_is_not_ranked_beside_one_that_ran
 def test_records_without_an_environment_add_no_empty_environment_row(mix: str, tmp_path: Path) -> None:
     # Old code: one row of empty cells per environment-less record kind ("|  |  |  |" under Environment).
     md = build_report(load([_write(tmp_path, MIXES[mix])]), tmp_path / "r")[0].read_text()
-    environment = md.split(": Environment\n", 1)[1]
+    environment = md.split("## Environment\n", 1)[1]
     assert "|" not in environment and "No record carried its machine's environment" in environment
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from reports import figures
 from reports.context import Context
+from reports.predictions import pipeline_gap_table
 from reports.render import Section
-from reports.sections.predictions import pipeline_gap_table
 
 # One sentence per kind of ``bench fidelity`` comparison, shown for those present.
 FIDELITY_EXPLAINED = {

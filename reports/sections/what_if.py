@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from reports.context import Context
+from reports.predictions import prediction_errors
 from reports.render import Section
 
 COLUMNS = ["model", "hardware", "devices", "variant", "global_batch", "predicted samples/s",
@@ -32,8 +33,6 @@ def recommendations(ctx: Context) -> pd.DataFrame:
 
 def measured_error(ctx: Context) -> str:
     """How far the predictor missed where it could be checked: on this machine's runs and on published results."""
-    from reports.sections.predictions import prediction_errors  # its own section's table
-
     notes = []
     errors = prediction_errors(ctx.runs)
     if not errors.empty:

@@ -1,0 +1,106 @@
+"""Prediction against measurement: per configuration, per strategy, and whether the ranking holds.
+
+A configuration's error is its predicted step time over the median of its measured (undisturbed)
+repeats, minus 1: positive means the prediction was pessimistic. Every predicted figure is labelled so.
+Beside it, how far the measurement strays from itself: its repeats' largest distance from their median
+(``repeats stray``), and whether the prediction falls inside the repeats' range. An error no larger
+than the repeats' own stray cannot be told from the measurement's noise.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from reports.tables import WRONG
+
+
+def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per predicted configuration (``runs`` are the combined configurations)."""
+    if runs.empty or "predicted_step_time_ms" not in runs or runs["predicted_step_time_ms"].isna().all():
+        return pd.DataFrame()
+    data = runs.dropna(subset=["predicted_step_time_ms"]).copy()
+    data["error"] = data["predicted_step_time_ms"] / data["step_time_ms"] - 1
+    low = data.get("step_time_ms_min", data["step_time_ms"])
+    high = data.get("step_time_ms_max", data["step_time_ms"])
+    data["repeats stray"] = ((high - data["step_time_ms"]).combine(data["step_time_ms"] - low, max)
+                             / data["step_time_ms"])
+    data["within repeats"] = (data["predicted_step_time_ms"] >= low) & (data["predicted_step_time_ms"] <= high)
+    data["measured range ms"] = [f"{a:.3g}-{b:.3g}" for a, b in zip(low, high, strict=True)]
+    table = data.sort_values(["panel", "devices", "variant"])[
+        ["panel", "devices", "variant", "global_batch", "step_time_ms", "measured range ms",
+         "predicted_step_time_ms", "error", "repeats stray", "within repeats", "emulated"]]
+    return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
+
+
+def error_by_strategy(errors: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy: how many configurations were predicted, the median and the largest |error|."""
+    if errors.empty:
+        return errors
+    strategy = runs.set_index("variant")["strategy"].to_dict()
+    data = errors.assign(strategy=[strategy.get(v, v) for v in errors["variant"]], abs_error=errors["error"].abs())
+    table = data.groupby("strategy")["abs_error"].agg(["count", "median", "max"]).reset_index()
+    return table.rename(columns={"count": "configurations", "median": "median |error|", "max": "max |error|"})
+
+
+def error_by_devices(errors: pd.DataFrame) -> pd.DataFrame:
+    """Per device count, then over all: how many configurations, the median and the largest |error|."""
+    if errors.empty:
+        return errors
+    data = errors.assign(abs_error=errors["error"].abs())
+    groups = [(str(devices), group) for devices, group in data.groupby("devices", sort=True)]
+    return pd.DataFrame([_summary(name, group) for name, group in [*groups, ("all", data)]])
+
+
+def _summary(devices: str, group: pd.DataFrame) -> dict[str, object]:
+    row: dict[str, object] = {"devices": devices, "configurations": len(group),
+                              "median |error|": group["abs_error"].median(), "max |error|": group["abs_error"].max()}
+    if "repeats stray" in group:  # the measurement's own noise, the floor an error is read against
+        row["median repeats stray"] = group["repeats stray"].median()
+        row["within repeats"] = f"{int(group['within repeats'].sum())} of {len(group)}"
+    return row
+
+
+def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
+    """Per model, device count and global batch: the predicted winner, whether the measurement agrees (the
+    measured winner, or one of a measured tie), and the rank correlation (Spearman) of the two orders."""
+    data = runs.dropna(subset=["predicted_step_time_ms"])
+    data = data[data["verified"] != WRONG] if "verified" in data else data
+    verdicts = {(r["panel"], r["devices"], r["global_batch"]): (str(r["fastest"]), tuple(r["winners"]))
+                for r in fastest.to_dict("records")}
+    rows = []
+    for (panel, devices, batch), group in data.groupby(["panel", "devices", "global_batch"], sort=True):
+        if len(group) < 2:
+            continue
+        measured, winners = verdicts.get((panel, devices, batch), ("", ()))
+        rows.append(_agreement(panel, devices, batch, group, measured, winners))
+    return pd.DataFrame(rows)
+
+
+def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measured: str,
+               winners: tuple[str, ...]) -> dict[str, object]:
+    predicted_best = group.sort_values("predicted_step_time_ms").iloc[0]["variant"]
+    # Spearman's: Pearson's over the ranks (pandas' method="spearman" needs scipy, which the GPU machines lack).
+    correlation = group["predicted_step_time_ms"].rank().corr(group["step_time_ms"].rank())
+    return {"panel": panel, "devices": devices, "global_batch": batch, "configurations": len(group),
+            "predicted fastest": predicted_best, "measured fastest": measured,
+            "agrees": predicted_best in winners, "rank correlation": round(float(correlation), 3)}
+
+
+def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
+    """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement."""
+    rows = []
+    targeted = fidelity[(fidelity["comparison"] == "pp-vs-mp") & fidelity["held_to_target"]] \
+        if "predicted_steps" in fidelity else fidelity.iloc[0:0]
+    for _, record in targeted.iterrows():
+        steps = record["predicted_steps"]
+        if not isinstance(steps, list):
+            continue
+        for step in steps:
+            rows.append({"comparison": record["name"], "counting also": step["added"],
+                         "speed-up": f"{step['predicted_speedup']:.2f} (predicted)",
+                         "share of ideal": f"{step['predicted_share_of_ideal']:.0%} (predicted)"})
+        ideal = steps[0]["predicted_speedup"]
+        rows.append({"comparison": record["name"], "counting also": "measured",
+                     "speed-up": f"{record['share_of_ideal'] * ideal:.2f}",
+                     "share of ideal": f"{record['share_of_ideal']:.0%}"})
+    return pd.DataFrame(rows)
