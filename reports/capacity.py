@@ -61,19 +61,19 @@ def _row(run: dict) -> dict[str, object] | None:
         "panel": run["panel"], "devices": run["devices"], "variant": run["variant"],
         "global_batch": run["global_batch"], "state bytes per parameter": round(per_parameter, 2),
         "other MiB per sample": _significant(rest / run["global_batch"] / 2**20),
-        "device MiB": _significant(_capacity(run) / 2**20),
+        "device MiB": _significant(device_capacity(run) / 2**20),
     }
     fits = None
     for preset in models.PRESETS:
         params, saved = preset_sizes(run["model"], preset)
         predicted = per_parameter * params + rest * saved / measured_saved
         row[f"{preset} MiB (extrapolated)"] = _significant(predicted / 2**20)
-        fits = preset if predicted <= _capacity(run) else fits
+        fits = preset if predicted <= device_capacity(run) else fits
     row["largest preset that fits (extrapolated)"] = fits or "none"
     return row
 
 
-def _capacity(run: dict) -> float:
+def device_capacity(run: dict) -> float:
     """One device's bytes. On a CPU the tracker's "device" is a process (mp's emulated devices share
     one), and the processes share the host's memory."""
     if run["accelerator"] == "cpu":

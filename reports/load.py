@@ -30,6 +30,8 @@ class Results:
     """One row per ``bench fidelity`` comparison (``fidelity_row``)."""
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     """``bench predict``'s records on their own (what-if): every figure predicted."""
+    published: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """``bench predict --published``'s records: a prediction held against a published result (``published_row``)."""
 
     @property
     def emulated(self) -> bool:
@@ -59,6 +61,8 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "variant": variant(record),
         # One configuration across its repeats: the whole config but where its record went and which repeat.
         "config_key": json.dumps({k: v for k, v in sorted(config.items()) if k not in ("out", "repeat")}),
+        "config": config,
+        "fields": fields,
         "repeat": config.get("repeat") or 0,
         "disturbed": bool(record.get("disturbed")),
         "profiled": bool(record.get("profile_traces")),
@@ -99,6 +103,10 @@ def run_row(record: dict[str, object]) -> dict[str, object]:
         "device_memory_bytes": (record.get("env") or {}).get("device_memory_bytes"),
         "processes": record.get("processes") or record["device_count"],
         "predicted_step_time_ms": (record.get("prediction") or {}).get("predicted_step_time_ms"),
+        **{f"predicted_{part}_ms": (record.get("prediction") or {}).get(f"predicted_{part}_ms")
+           for part in ("compute", "exposed_comm", "update")},
+        "predicted_bubble": (record.get("prediction") or {}).get("predicted_bubble"),
+        "update_ms": fields.get("update_ms"),
         "prediction_error": record.get("prediction_error"),
     }
 
@@ -137,20 +145,48 @@ def load(paths: list[Path]) -> Results:
     if not fidelity.empty:
         # A rerun of `bench fidelity` into the same file supersedes its earlier figures from the same machine.
         fidelity = fidelity.drop_duplicates(subset=["name", "model", "machine"], keep="last").reset_index(drop=True)
-    predictions = _frame([prediction_row(r) for r in records if r.get("kind") == "prediction"])
+    predictions = _frame([prediction_row(r) for r in records if _kind(r) == "prediction"])
+    published = _frame([published_row(r) for r in records if _kind(r) == "published"])
     return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity,
-                   predictions=predictions)
+                   predictions=predictions, published=published)
+
+
+def _kind(record: dict[str, object]) -> str:
+    """The record's kind as the report reads it: a prediction held against a published result (it names the
+    ``published_id``) is read apart from a what-if prediction, though both are written as ``prediction``."""
+    kind = str(record.get("kind", "run"))
+    return "published" if kind == "prediction" and "published_id" in record else kind
 
 
 def prediction_row(record: dict[str, object]) -> dict[str, object]:
     """A ``bench predict`` record as a report row; its figures keep the word predicted."""
     memory = record.get("predicted_memory_by_kind") or {}
+    devices = record["device_count"]
+    fits = record.get("predicted_fits_memory")
+    efficiency = record.get("predicted_scaling_efficiency")
     return {"model": f"{record['model']}/{record['preset']}", "strategy": record["strategy"],
-            "devices": record["device_count"], "global_batch": record["global_batch_size"],
+            "variant": variant(record) if isinstance(record.get("config"), dict) else record["strategy"],
+            "hardware": str(record.get("hardware") or record.get("accelerator") or "?"),
+            "devices": devices, "global_batch": record["global_batch_size"],
             "predicted samples/s": record["predicted_samples_per_s"],
+            "predicted samples/s per device": record["predicted_samples_per_s"] / devices,
             "predicted step ms": record["predicted_step_time_ms"],
             "predicted MiB per device": (memory.get("total") or 0) / 2**20,
-            "predicted bubble": record.get("predicted_bubble"), "compute from": record["compute_source"]}
+            "predicted fits memory": "unknown" if fits is None else ("yes" if fits else "DOES NOT FIT"),
+            "predicted scaling efficiency": float("nan") if efficiency is None else float(efficiency),
+            "predicted bubble": record.get("predicted_bubble"),
+            "predicted compute ms": record.get("predicted_compute_ms"),
+            "predicted exposed comm ms": record.get("predicted_exposed_comm_ms"),
+            "predicted update ms": record.get("predicted_update_ms"),
+            "compute from": record["compute_source"]}
+
+
+def published_row(record: dict[str, object]) -> dict[str, object]:
+    """A prediction of a published result (``bench predict --published``): the row, both values, the error."""
+    status = str(record.get("status") or "ok")
+    return {"published_id": record["published_id"], "metric": record["metric"], "status": status,
+            "published": record.get("published_value"), "predicted": record.get("predicted_value"),
+            "error": record.get("error") if status == "ok" else None, "reason": record.get("reason") or ""}
 
 
 REQUIRED = {
@@ -161,6 +197,8 @@ REQUIRED = {
     "fidelity": ("status", "comparison", "name", "model", "preset", "target", "accelerator", "emulated"),
     "prediction": ("strategy", "model", "preset", "device_count", "global_batch_size", "predicted_step_time_ms",
                    "predicted_samples_per_s", "compute_source"),
+    "published": ("published_id", "metric", "status"),
+    "published ok": ("published_value", "predicted_value", "error"),
 }
 """The fields the report reads of each kind of record: a record without them is foreign or truncated."""
 
@@ -168,12 +206,12 @@ REQUIRED = {
 def _checked(path: Path, records: list[dict[str, object]]) -> list[dict[str, object]]:
     """``records`` as they are, once each has what the report reads; else RecordError naming the first gap."""
     for number, record in enumerate(records, start=1):
-        kind = record.get("kind", "run")
+        kind = _kind(record)
         if kind not in REQUIRED:
             raise RecordError(f"{path}: record {number} is of kind {kind!r}; this report reads run, verify, "
                               "fidelity and prediction records")
-        wanted = [*REQUIRED[str(kind)], *(REQUIRED["run ok"] if kind == "run" and record.get("status") == "ok"
-                                          else ())]
+        ok = record.get("status") == "ok"
+        wanted = [*REQUIRED[kind], *(REQUIRED[f"{kind} ok"] if ok and f"{kind} ok" in REQUIRED else ())]
         missing = [name for name in wanted if name not in record]
         if missing or (kind == "run" and not isinstance(record["config"], dict)):
             raise RecordError(f"{path}: record {number} ({kind}) lacks {', '.join(missing) or 'a config object'}; "

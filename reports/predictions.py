@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.render import Section
 from reports.tables import WRONG
 
 
@@ -87,25 +86,6 @@ def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measur
             "agrees": predicted_best in winners, "rank correlation": round(float(correlation), 3)}
 
 
-def prediction_section(runs: pd.DataFrame, fastest: pd.DataFrame) -> Section | None:
-    """"Prediction vs measurement", where some measured run carried its prediction."""
-    errors = prediction_errors(runs)
-    if errors.empty:
-        return None
-    return Section("Prediction vs measurement", [
-        "Each configuration's PREDICTED step time (`bench sweep` predicts every run before it starts it, from a "
-        "`bench calibrate` file of this machine: per-block compute, collectives by size, the slowdown of "
-        "processes sharing cores) against its measured median; error = predicted / measured - 1 (positive: the "
-        "prediction was pessimistic). `repeats stray` is how far the configuration's repeats strayed from their "
-        "own median (the largest |repeat / median - 1|), `within repeats` whether the prediction fell inside "
-        "their range: an error within the stray cannot be told from the measurement's noise. Then per strategy, "
-        "and per device count, the median and largest |error| beside the median stray, and per panel whether "
-        "the predicted fastest is the measured fastest (or one of a measured tie), with the rank correlation "
-        "of the two orders."],
-        [errors.round(3), error_by_strategy(errors, runs).round(3), error_by_devices(errors).round(3),
-         ranking(runs, fastest)])
-
-
 def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
     """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement."""
     rows = []
@@ -124,13 +104,3 @@ def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
                      "speed-up": f"{record['share_of_ideal'] * ideal:.2f}",
                      "share of ideal": f"{record['share_of_ideal']:.0%}"})
     return pd.DataFrame(rows)
-
-
-def what_if_section(predictions: pd.DataFrame) -> Section | None:
-    """``bench predict``'s records on their own: PREDICTED, never measured."""
-    if predictions.empty:
-        return None
-    return Section("Predicted, not measured (what if)", [
-        "Records of `bench predict`: every figure here is a PREDICTION from the source named in `compute from` "
-        "(a calibration of a machine, or a data-sheet hardware profile), not a measurement."],
-        [predictions.round(3)])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports.stats import bootstrap_interval
+from bench.stats import bootstrap_interval
 
 BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
 """What a run shares with the run it is compared with: model and size, global batch, arithmetic."""
@@ -47,8 +47,12 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
             all_disturbed=quiet.empty,
             peak_mem_mib_per_device=used["peak_mem_mib_per_device"].max(),
         )
-        if interval is not None:  # else the one run's quartile bars stay
-            row["samples_per_s_low"], row["samples_per_s_high"] = interval
+        # One run has no interval: the unit of repetition is the run, and its own steps' spread is not one.
+        row["samples_per_s_low"], row["samples_per_s_high"] = interval or (float("nan"), float("nan"))
+        predicted = row.get("predicted_step_time_ms")
+        if predicted is not None and predicted == predicted:  # not NaN
+            # The error the report shows: against the median of the repeats, not the first repeat's own.
+            row["prediction_error"] = predicted / row["step_time_ms"] - 1
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -6,10 +6,11 @@ import math
 
 import pandas as pd
 
-from reports.scaling import left_out
-from reports.stats import with_interval
+from bench.stats import with_interval
 
 VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
+REFERENCE = "reference"
+PASS_THROUGH = "not checked: pass-through on CPU"
 
 
 SPLITS_THE_BATCH = {"ddp", "hybrid", "dp"}
@@ -30,6 +31,8 @@ def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
         passed = row.get("passed")
         if passed is None or (isinstance(passed, float) and math.isnan(passed)):
             continue  # skipped: no verdict
+        if ran_elsewhere(row):
+            continue  # e.g. dp checked on 1 device: says nothing about 2
         key = _class_key(row)
         ok = bool(passed) and verdicts.get(key, VERIFIED) == VERIFIED
         verdicts[key] = VERIFIED if ok else WRONG
@@ -59,11 +62,17 @@ def _plain(value: object) -> object:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def ran_elsewhere(row: dict) -> bool:
+    """A verify row whose strategy ran on fewer devices than it was asked for (bench/verify.py's reason
+    ``ran on 1 device(s), not 2``): it checked another configuration."""
+    return str(row.get("reason") or "").startswith("ran on ")
+
+
 def _verified(row: dict, verdicts: dict[tuple, str]) -> str:
     if row["strategy"] == "single":
-        return VERIFIED
+        return REFERENCE
     if row["strategy"] == "dp" and row["accelerator"] != "cuda":
-        return "not checked: pass-through on CPU"
+        return PASS_THROUGH
     verdict = verdicts.get(_class_key(row))
     if verdict is not None:
         return verdict
@@ -78,9 +87,15 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
     named only where its throughput interval clears every other's; else the tie, or why none is named."""
     if runs.empty:
         return runs
-    trusted = runs[(runs["verified"] != WRONG) & ~runs["all_disturbed"]]
     rows = []
-    for (panel, devices, batch), group in trusted.groupby(["panel", "devices", "global_batch"], sort=True):
+    for (panel, devices, batch), every in runs.groupby(["panel", "devices", "global_batch"], sort=True):
+        # nn.DataParallel on CPU runs the plain model: not a parallel strategy, so never "fastest".
+        group = every[(every["verified"] != WRONG) & (every["verified"] != PASS_THROUGH) & ~every["all_disturbed"]]
+        if group.empty:  # nothing left to rank: say why rather than drop the panel
+            rows.append({"panel": panel, "devices": devices, "global_batch": batch, "fastest": _unranked(every),
+                         "winners": (), "samples_per_s": "", "speedup": "", "repeats": 0, "verified": "",
+                         "emulated": bool(every["emulated"].any())})
+            continue
         ranked = group.sort_values("samples_per_s", ascending=False)
         best = ranked.iloc[0]
         rows.append({"panel": panel, "devices": devices, "global_batch": batch, "fastest": _verdict(ranked),
@@ -92,6 +107,15 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
                      "verified": best["verified"], "emulated": best["emulated"]})
     table = pd.DataFrame(rows)
     return table if _baseline_column(table) else table.drop(columns="baseline", errors="ignore")
+
+
+def _unranked(every: pd.DataFrame) -> str:
+    """Why a panel whose every configuration was left out names no fastest."""
+    if (every["verified"] == PASS_THROUGH).all():
+        return "not ranked: only dp ran, a pass-through on CPU"
+    if every["all_disturbed"].all():
+        return "not ranked: every run was disturbed by other work on the machine"
+    return "not ranked: every configuration was shown wrong by `bench verify`"
 
 
 def _ranked(ranked: pd.DataFrame) -> bool:
@@ -116,20 +140,6 @@ def _verdict(ranked: pd.DataFrame) -> str:
     if not _ranked(ranked):
         return f"not ranked: fewer than 2 repeats (fastest median: {best['variant']})"
     return winners[0] if len(winners) == 1 else "tie (within noise): " + ", ".join(winners)
-
-
-def results_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every configuration, its figures with their intervals, how many repeats made them."""
-    table = runs.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False]).copy()
-    table["samples/s"] = [with_interval(v, lo, hi, 1) for v, lo, hi in
-                          zip(table["samples_per_s"], table["samples_per_s_low"], table["samples_per_s_high"],
-                              strict=True)]
-    table["speedup vs single"] = [with_interval(v, lo, hi) for v, lo, hi in
-                                  zip(table["speedup"], table["speedup_low"], table["speedup_high"], strict=True)]
-    columns = ["panel", "devices", "variant", "scaling", "global_batch", "samples/s", "speedup vs single",
-               "efficiency", *_baseline_column(table), "step_time_ms", "peak_mem_mib_per_device", "mfu", "repeats",
-               "disturbed_runs", "verified", "emulated", "oversubscribed"]
-    return table[[c for c in columns if c in table.columns]]
 
 
 def _baseline_column(table: pd.DataFrame) -> list[str]:
@@ -167,68 +177,3 @@ def _part_efficiency(runs: pd.DataFrame, panel: str, part: dict | None) -> float
     for key, value in part.items():
         match &= runs[PART_COLUMNS.get(key, key)] == value
     return runs.loc[match, "efficiency"].max() if match.any() else float("nan")
-
-
-def memory_by_kind(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration, the MiB its largest device held of each kind at the peak of a training step."""
-    columns = [c for c in runs.columns if c.startswith("mem_") and c.endswith("_mib")]
-    if not columns or runs[columns].isna().all().all():
-        return pd.DataFrame()
-    tracked = runs.dropna(subset=["mem_total_mib"]).sort_values(["panel", "devices", "variant"])
-    names = {c: c.removeprefix("mem_").removesuffix("_mib").replace("_", " ") for c in columns}
-    return tracked[["panel", "devices", "variant", *columns, "emulated"]].rename(columns=names).round(3)
-
-
-def bubble_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per pipeline configuration: the theoretical and measured bubble and the update's share, medians
-    over the undisturbed repeats."""
-    data = runs.dropna(subset=["bubble_measured"])
-    if data.empty:
-        return data
-    data = data[~left_out(data)] if not left_out(data).all() else data
-    keys = ["panel", "strategy", "schedule", "devices", "stages_per_rank", "microbatches"]
-    table = data.groupby(keys, dropna=False, sort=True)[
-        ["bubble_theoretical", "bubble_measured", "update_fraction"]].median().reset_index()
-    return table.rename(columns={"stages_per_rank": "v", "microbatches": "m"}).round(3)
-
-
-DATA_PARALLEL = ("dp", "ddp", "zero1", "fsdp")
-"""Strategies that split the batch and hold (a share of) every layer: what the data-parallel section compares."""
-
-
-def data_parallel_family(runs: pd.DataFrame) -> pd.DataFrame:
-    """ddp, zero1 and fsdp (ZeRO-2, ZeRO-3), and dp where it ran, side by side: throughput and speed-up
-    with their intervals, and the MiB per device of each kind the sharding changes."""
-    data = runs[runs["strategy"].isin(DATA_PARALLEL)]
-    if data["strategy"].nunique() < 2:
-        return pd.DataFrame()
-    table = data.sort_values(["panel", "devices", "samples_per_s"], ascending=[True, True, False]).copy()
-    table["samples/s"] = [with_interval(v, lo, hi, 1) for v, lo, hi in
-                          zip(table["samples_per_s"], table["samples_per_s_low"], table["samples_per_s_high"],
-                              strict=True)]
-    table["speedup vs single"] = [with_interval(v, lo, hi) for v, lo, hi in
-                                  zip(table["speedup"], table["speedup_low"], table["speedup_high"], strict=True)]
-    kinds = {f"mem_{k}_mib": f"{k.replace('_', ' ')} MiB" for k in
-             ("parameters", "gathered_parameters", "gradients", "optimizer_state", "activations", "total")}
-    columns = ["panel", "devices", "variant", "global_batch", "samples/s", "speedup vs single",
-               *_baseline_column(table), *kinds, "emulated"]
-    return table[[c for c in columns if c in table.columns]].rename(columns=kinds).round(3)
-
-
-def fastest_within_memory(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per model, device count and global batch: for each memory budget per device (the tracked peak of
-    some configuration), the fastest configuration whose peak fits in it. A row appears only where the
-    budget admits a faster configuration than every smaller budget did: the speed/memory frontier."""
-    tracked = runs.dropna(subset=["mem_total_mib"])
-    if "disturbed" in tracked:
-        tracked = tracked[~left_out(tracked)] if not left_out(tracked).all() else tracked
-    rows = []
-    for (panel, devices, batch), group in tracked.groupby(["panel", "devices", "global_batch"], sort=True):
-        best = 0.0
-        for row in group.sort_values(["mem_total_mib", "samples_per_s"], ascending=[True, False]).itertuples():
-            if row.samples_per_s > best:
-                best = row.samples_per_s
-                rows.append({"panel": panel, "devices": devices, "global_batch": batch,
-                             "memory budget per device (MiB)": round(row.mem_total_mib, 3),
-                             "fastest that fits": row.variant, "samples/s": round(row.samples_per_s, 1)})
-    return pd.DataFrame(rows)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bench.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load
 from reports.scaling import with_scaling
-from reports.tables import fastest, results_table, with_verification
+from reports.sections.throughput import table as results_table
+from reports.tables import fastest, with_verification
 from tests.helpers.records import FAILED, RECORDS, VERIFY, record, repeated
 
 
@@ -111,44 +113,43 @@ def test_report_writes_every_figure_and_both_pages(results_file: Path, tmp_path:
     written = build_report(load([results_file]), out)
     names = {p.name for p in written}
     assert names == {"report.md", "report.html", "throughput.png", "scaling.png", "memory.png",
-                     "throughput_vs_memory.png", "data_parallel.png",
-                     "bubbles.png", "pipeline_timeline.png"}
+                     "throughput_vs_memory.png", "bubbles.png", "pipeline_timeline.png", "breakdown.png"}
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
         assert png.with_suffix(".csv").stat().st_size > 0, f"{png.name} has no data beside it"
-    bubbles = (out / "bubbles.csv").read_text()
-    assert "pp gpipe" in bubbles  # one line per strategy and schedule
     md = (out / "report.md").read_text()
-    # The data-parallel family side by side, and the speed/memory frontier.
-    assert "## Data-parallel family" in md
-    assert "| mlp/small | 2 | fsdp (ZeRO-3) | 64 | 150.0 [148.5, 151.5] | 1.50 [1.50, 1.50] | 2 | 0 | 2 | 2 |" in md
+    assert md.index("## Verdict") < md.index("## Throughput and scaling")  # the decision first
+    # The speed/memory frontier, on tracked memory.
     assert "| mlp/small | 2 | 64 | 12 | fsdp (ZeRO-3) | 150 |" in md
     assert "| mlp/small | 2 | 64 | 20 | zero1 | 170 |" in md
     # The pipeline table: theoretical and measured bubble side by side, per configuration.
     assert "| mlp/small | pp | gpipe | 2 | 1 | 4 | 0.2 | 0.3 |" in md
-    assert "EMULATED" in md
+    assert md.count("EMULATED devices:") == 1  # one banner
     assert "## Hybrid against its parts" in md
     assert "| mlp/small | hybrid (gpipe, m=4) | 2 | 2 | 0.75 | 0.9 | 1.25 |" in md
-    assert "| mlp/small | 2 | 64 | ddp | 180.0 [178.2, 181.8] | 1.80 [1.80, 1.80] | 3 | pass | True |" in md
+    assert "**mlp/small on 2 device(s), batch 64**: use **ddp**. 180.0 [178.2, 181.8] samples/s" in md
     assert "no result within 60 s" in md and "timeout" in md  # the failed configuration, with its reason
     assert "| " + str(results_file) + " | 4 |" in md  # the torn line, by number
-    assert "## MFU\n\nMFU is left out: no run knows its devices' peak FLOP/s." in md  # CPU runs: no peak
+    assert "MFU is left out: no run knows its devices' peak FLOP/s" in md  # CPU runs: no peak
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 7  # self-contained: every figure inlined
     assert "testhost" in html and "Test CPU" in html
 
 
 def test_mfu_is_drawn_per_strategy_where_some_run_knows_its_peak(tmp_path: Path) -> None:
-    from reports.build import mfu_section
+    from reports.context import context
+    from reports.sections import mfu
 
     path = tmp_path / "gpu.jsonl"
     rows = [{**record("single", 1, 100.0), "mfu": 0.4}, {**record("ddp", 2, 180.0), "mfu": 0.36}, record("mp", 2, 90.0)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    runs = load([path]).runs
-    assert list(runs["mfu"].isna()) == [False, False, True]
-    section = mfu_section(runs, tmp_path)
+    results = load([path])
+    assert list(results.runs["mfu"].isna()) == [False, False, True]
+    section = mfu.section(context(results, tmp_path))
     assert section.figures == [tmp_path / "mfu.png"] and "left out" not in section.paragraphs[0]
     assert (tmp_path / "mfu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = pd.read_csv(tmp_path / "mfu.csv")
+    assert sorted(data["mfu"]) == [0.36, 0.4] and set(data["variant"]) == {"single", "ddp"}
 
 
 def test_report_cli_refuses_another_record_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

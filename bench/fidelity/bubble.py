@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 
 from bench.fidelity.results import FigureAndLine, Interval, Setup, figure_text, interval_text, settled
-from reports.stats import bootstrap_interval
+from bench.stats import bootstrap_interval
 
 BUBBLE_TOLERANCE = 0.05
 """How far the measured bubble fraction may be from the schedule's theoretical one."""

@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 from bench.config import RunConfig
 from bench.records import RECORD_VERSION
-from reports.stats import bootstrap_interval
+from bench.stats import bootstrap_interval
 from strategies.devices import is_emulated
 
 T = TypeVar("T")
