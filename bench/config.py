@@ -163,6 +163,9 @@ def resolve(config: RunConfig) -> RunConfig:
     channels_last = _channels_last(config, accelerator, facts.image_inputs)
     resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend,
                                    precision=precision, channels_last=channels_last)
+    if config.deterministic and accelerator == "cuda" and (layers := ", ".join(facts.nondeterministic_on_cuda)):
+        raise ConfigError(f"--deterministic on CUDA: model {config.model!r} has {layers}, whose CUDA backward has "
+                          "no deterministic kernel (torch would raise at the first step); drop --deterministic")
     if config.compile and cls.compile_refusal:
         raise ConfigError(f"--compile: strategy {config.strategy!r} cannot compile: {cls.compile_refusal}")
     if precision == "fp16" and cls.fp16_refusal:
@@ -238,6 +241,16 @@ class BuiltModelFacts:
     tp_plan: models.TensorParallelPlan | None = None
     layer_types: tuple[str, ...] = ()
     """Classes of the layers with parameters that are not nn.Linear."""
+    nondeterministic_on_cuda: tuple[str, ...] = ()
+    """Classes of the model's modules that ``torch.use_deterministic_algorithms`` refuses on CUDA."""
+
+
+# The modules of torch's list of kernels that raise on CUDA under use_deterministic_algorithms(True) (its
+# docstring). A functional call (a bilinear interpolate) is not a module and still fails at the first step.
+NONDETERMINISTIC_ON_CUDA = tuple(getattr(torch.nn, name) for name in (
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool2d", "AvgPool3d", "FractionalMaxPool2d",
+    "FractionalMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "ReflectionPad1d", "ReflectionPad2d",
+    "ReflectionPad3d", "CTCLoss"))
 
 
 def _model_facts(config: RunConfig) -> BuiltModelFacts:
@@ -251,8 +264,10 @@ def _model_facts(config: RunConfig) -> BuiltModelFacts:
     inputs, _ = spec.make_batch(1, torch.Generator().manual_seed(0))
     layer_types = sorted({type(m).__name__ for m in spec.blocks.modules()
                           if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False))})
+    nondeterministic = sorted({type(m).__name__ for m in [*spec.blocks.modules(), spec.loss_fn]
+                               if isinstance(m, NONDETERMINISTIC_ON_CUDA)})
     return BuiltModelFacts(spec.default_batch_size, inputs.dim() == 4, len(spec.blocks), spec.tp_plan,
-                           tuple(layer_types))
+                           tuple(layer_types), tuple(nondeterministic))
 
 
 def _channels_last(config: RunConfig, accelerator: str, image_inputs: bool) -> bool:
