@@ -12,7 +12,7 @@ import torch
 
 import models
 from strategies import ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
-from strategies.distributed import check_backend, check_per_device_launch, default_backend
+from strategies.distributed import check_backend, check_per_device_launch, check_sync_batchnorm, default_backend
 from strategies.options import (
     OPTION_GROUPS,
     BucketOptions,
@@ -130,12 +130,8 @@ def gpus_available() -> int:
 
 def default_device_counts(accelerator: str) -> tuple[int, ...]:
     """1, 2, 4, 8 ... up to the GPUs present; on the CPU up to the cores (at most 4), emulated."""
-    limit = gpus_available() if accelerator == "cuda" else min(os.cpu_count() or 1, 4)
-    counts, n = [], 1
-    while n <= max(limit, 1):
-        counts.append(n)
-        n *= 2
-    return tuple(counts)
+    limit = max(gpus_available() if accelerator == "cuda" else min(os.cpu_count() or 1, 4), 1)
+    return tuple(2**k for k in range(limit.bit_length()))  # the powers of two up to limit
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -175,13 +171,13 @@ def resolve(config: RunConfig) -> RunConfig:
         check_per_device_launch(resolved.devices, accelerator, gpus)
     elif accelerator == "cuda" and resolved.devices > gpus:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
+    check_sync_batchnorm(config.sync_batchnorm, config.model, resolved.devices, facts.layer_types)
     build_strategy(config.strategy, resolved).validate(
         ModelFacts(blocks=facts.blocks, gpus=gpus, tp_plan=facts.tp_plan, layer_types=facts.layer_types))
-    _check_writable(Path(config.out))
-    if config.profile:
-        _check_writable(Path(config.profile) / "x", "--profile")
-    if config.save_checkpoint:
-        _check_writable(Path(config.save_checkpoint), "--save-checkpoint")
+    for path, flag in ((config.out, "--out"), (config.profile and Path(config.profile) / "x", "--profile"),
+                       (config.save_checkpoint, "--save-checkpoint")):
+        if path:
+            _check_writable(Path(path), flag)
     if config.load_checkpoint:
         _check_checkpoint(resolved)
     return resolved

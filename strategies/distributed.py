@@ -6,7 +6,7 @@ import datetime
 import gc
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -163,6 +163,19 @@ def check_per_device_launch(devices: int, accelerator: str, gpus: int) -> None:
             f"{here} processes on this node, one per GPU, but this machine has {gpus} GPU(s); "
             f"use at most {gpus} per node"
         )
+
+
+def check_sync_batchnorm(sync: bool, model: str, devices: int, layer_types: Sequence[str]) -> None:
+    """Raises ConfigError where ``--sync-batchnorm`` would change nothing yet be recorded as on: a model
+    without BatchNorm, or one replica (SyncBatchNorm then falls back to BatchNorm's local statistics).
+    Where it can run (CUDA, 2 or more replicas) it does; the CPU is ddp's to refuse (torch rejects it)."""
+    if not sync:
+        return
+    if not any("BatchNorm" in t for t in layer_types):
+        raise ConfigError(f"--sync-batchnorm: model {model!r} has no BatchNorm layer to synchronise; drop the flag")
+    if devices < 2:
+        raise ConfigError(f"--sync-batchnorm with --devices {devices}: one replica has no other batch statistics "
+                          "to gather; use --devices 2 or more")
 
 
 def gather_objects(obj: T) -> list[T]:

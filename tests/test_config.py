@@ -109,3 +109,27 @@ def test_the_cnn_without_deterministic_resolves_on_cuda(tmp_path: Path, monkeypa
     monkeypatch.setattr(bench.config, "gpus_available", lambda: 1)
     config = resolve(RunConfig(model="cnn", preset="tiny", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
     assert (config.accelerator, config.precision, config.channels_last) == ("cuda", "bf16", True)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"model": "mlp"}, "--sync-batchnorm: model 'mlp' has no BatchNorm layer to synchronise; drop the flag"),
+    ({"norm": "group"}, "--sync-batchnorm: model 'cnn' has no BatchNorm layer to synchronise; drop the flag"),
+    ({"devices": 1}, "--sync-batchnorm with --devices 1: one replica has no other batch statistics to gather; "
+                     "use --devices 2 or more"),
+    ({"accelerator": "cpu"}, "--sync-batchnorm needs CUDA: torch's SyncBatchNorm rejects CPU tensors, so it cannot "
+                             "run on gloo/CPU"),
+    ({}, None),  # the cnn's BatchNorm over 2 CUDA replicas: resolved, and tests/test_gpu.py runs it
+])
+def test_sync_batchnorm_runs_only_where_it_synchronises_something(
+    changes: dict, message: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: mlp, group norm and one replica were accepted and recorded as synchronised, with nothing to sync.
+    monkeypatch.setattr(bench.config, "gpus_available", lambda: 2)
+    config = RunConfig(**{"strategy": "ddp", "model": "cnn", "preset": "tiny", "devices": 2, "accelerator": "cuda",
+                          "sync_batchnorm": True, "out": str(tmp_path / "r.jsonl"), **changes})
+    if message is None:
+        assert resolve(config).sync_batchnorm
+        return
+    with pytest.raises(ConfigError) as refusal:
+        resolve(config)
+    assert str(refusal.value) == message
