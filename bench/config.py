@@ -13,7 +13,7 @@ import torch
 
 import models
 from strategies import ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
-from strategies.distributed import check_backend, check_per_device_launch, default_backend
+from strategies.distributed import check_backend, check_per_device_launch, check_sync_batchnorm, default_backend
 from strategies.options import (
     OPTION_GROUPS,
     BucketOptions,
@@ -131,12 +131,8 @@ def gpus_available() -> int:
 
 def default_device_counts(accelerator: str) -> tuple[int, ...]:
     """1, 2, 4, 8 ... up to the GPUs present; on the CPU up to the cores (at most 4), emulated."""
-    limit = gpus_available() if accelerator == "cuda" else min(os.cpu_count() or 1, 4)
-    counts, n = [], 1
-    while n <= max(limit, 1):
-        counts.append(n)
-        n *= 2
-    return tuple(counts)
+    limit = max(gpus_available() if accelerator == "cuda" else min(os.cpu_count() or 1, 4), 1)
+    return tuple(2**k for k in range(limit.bit_length()))  # the powers of two up to limit
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -164,6 +160,9 @@ def resolve(config: RunConfig) -> RunConfig:
     channels_last = _channels_last(config, accelerator, facts.image_inputs)
     resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend,
                                    precision=precision, channels_last=channels_last)
+    if config.deterministic and accelerator == "cuda" and (layers := ", ".join(facts.nondeterministic_on_cuda)):
+        raise ConfigError(f"--deterministic on CUDA: model {config.model!r} has {layers}, whose CUDA backward has "
+                          "no deterministic kernel (torch would raise at the first step); drop --deterministic")
     if config.compile and cls.compile_refusal:
         raise ConfigError(f"--compile: strategy {config.strategy!r} cannot compile: {cls.compile_refusal}")
     if precision == "fp16" and cls.fp16_refusal:
@@ -173,13 +172,13 @@ def resolve(config: RunConfig) -> RunConfig:
         check_per_device_launch(resolved.devices, accelerator, gpus)
     elif accelerator == "cuda" and resolved.devices > gpus:
         raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
+    check_sync_batchnorm(config.sync_batchnorm, config.model, resolved.devices, facts.layer_types)
     build_strategy(config.strategy, resolved).validate(
         ModelFacts(blocks=facts.blocks, gpus=gpus, tp_plan=facts.tp_plan, layer_types=facts.layer_types))
-    _check_writable(Path(config.out))
-    if config.profile:
-        _check_writable(Path(config.profile) / "x", "--profile")
-    if config.save_checkpoint:
-        _check_writable(Path(config.save_checkpoint), "--save-checkpoint")
+    for path, flag in ((config.out, "--out"), (config.profile and Path(config.profile) / "x", "--profile"),
+                       (config.save_checkpoint, "--save-checkpoint")):
+        if path:
+            _check_writable(Path(path), flag)
     if config.load_checkpoint:
         _check_checkpoint(resolved)
     return resolved
@@ -239,6 +238,16 @@ class BuiltModelFacts:
     tp_plan: models.TensorParallelPlan | None = None
     layer_types: tuple[str, ...] = ()
     """Classes of the layers with parameters that are not nn.Linear."""
+    nondeterministic_on_cuda: tuple[str, ...] = ()
+    """Classes of the model's modules that ``torch.use_deterministic_algorithms`` refuses on CUDA."""
+
+
+# The modules of torch's list of kernels that raise on CUDA under use_deterministic_algorithms(True) (its
+# docstring). A functional call (a bilinear interpolate) is not a module and still fails at the first step.
+NONDETERMINISTIC_ON_CUDA = tuple(getattr(torch.nn, name) for name in (
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool2d", "AvgPool3d", "FractionalMaxPool2d",
+    "FractionalMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "ReflectionPad1d", "ReflectionPad2d",
+    "ReflectionPad3d", "CTCLoss"))
 
 
 def _model_facts(config: RunConfig) -> BuiltModelFacts:
@@ -258,8 +267,10 @@ def _facts_of(model: str, preset: str, norm: str) -> BuiltModelFacts:
     inputs, _ = spec.make_batch(1, torch.Generator().manual_seed(0))
     layer_types = sorted({type(m).__name__ for m in spec.blocks.modules()
                           if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False))})
+    nondeterministic = sorted({type(m).__name__ for m in [*spec.blocks.modules(), spec.loss_fn]
+                               if isinstance(m, NONDETERMINISTIC_ON_CUDA)})
     return BuiltModelFacts(spec.default_batch_size, inputs.dim() == 4, len(spec.blocks), spec.tp_plan,
-                           tuple(layer_types))
+                           tuple(layer_types), tuple(nondeterministic))
 
 
 def _channels_last(config: RunConfig, accelerator: str, image_inputs: bool) -> bool:

@@ -7,7 +7,7 @@ reporting rank subtracts the run's own CPU time from the machine's and calls the
 other processes took more than ``FOREIGN_SHARE_LIMIT`` of the cores meanwhile. The window runs from
 the process's start (or its previous run's end) to its last timed step: both sides of the subtraction
 cover it, and it is long enough for ``/proc/stat``'s 10 ms ticks. On GPUs it also counts
-compute processes on the devices that are not the run's (``nvidia-smi``).
+compute processes on the run's own devices that are not the run's (``nvidia-smi``), or says unknown.
 """
 
 from __future__ import annotations
@@ -106,6 +106,8 @@ class Verdict:
     reason: str | None
     foreign_cpu_share: float | None
     """Other processes' CPU time over the cores' time during the timed steps (worst host)."""
+    gpu_tenants: int | None = 0
+    """Other processes computing on the run's GPUs; None where that could not be seen (``gpu_tenants``)."""
 
     def record_fields(self, loads: Sequence[RankLoad]) -> dict[str, object]:
         return {
@@ -113,6 +115,7 @@ class Verdict:
             "disturbed_reason": self.reason,
             "machine_load": {
                 "foreign_cpu_share": self.foreign_cpu_share,
+                "gpu_tenants": "unknown" if self.gpu_tenants is None else self.gpu_tenants,
                 "own_cpu_s_per_rank": [round(r.own_cpu_s, 4) for r in loads],
                 "wall_s_per_rank": [round(r.wall_s, 4) for r in loads],
                 "load_average_before": [r.load_before for r in loads],
@@ -121,9 +124,10 @@ class Verdict:
         }
 
 
-def judge(loads: Sequence[RankLoad], cores: int, gpu_tenants: int = 0) -> Verdict:
+def judge(loads: Sequence[RankLoad], cores: int, gpu_tenants: int | None = 0) -> Verdict:
     """``disturbed`` when other processes took more than FOREIGN_SHARE_LIMIT of some host's cores
-    while the run was timed, or shared its GPUs."""
+    while the run was timed, or shared its GPUs. GPU tenants that could not be seen (None) are
+    recorded as unknown and disturb nothing: a guess either way would mislead."""
     worst: float | None = None
     for host in sorted({r.host for r in loads}):
         ranks = [r for r in loads if r.host == host]
@@ -140,15 +144,50 @@ def judge(loads: Sequence[RankLoad], cores: int, gpu_tenants: int = 0) -> Verdic
                        f"(load average {load})")
     if gpu_tenants:
         reasons.append(f"{gpu_tenants} other process(es) computed on its GPUs")
-    return Verdict(bool(reasons), "; ".join(reasons) or None, worst)
+    return Verdict(bool(reasons), "; ".join(reasons) or None, worst, gpu_tenants)
 
 
-def gpu_tenants(own_pids: set[int]) -> int:
-    """Compute processes on this machine's GPUs that are not ``own_pids`` (0 where nvidia-smi is missing)."""
+def gpu_tenants(own_pids: set[int]) -> int | None:
+    """Compute processes on the run's own GPUs that are neither the run's nor the process tree that
+    launched it; None (unknown) where nvidia-smi is missing or lists none of ``own_pids``.
+
+    The run's GPUs are those its own processes hold contexts on: other jobs on the node's other
+    GPUs are not its neighbours. The launching tree (pytest training in-process first, torchrun's
+    agent, the ``bench`` launcher) holds contexts of its own that stay idle while the run is timed.
+    A container with its own PID namespace sees host PIDs in nvidia-smi's list, none of them the
+    run's: nothing can then be told apart, hence unknown rather than every process a tenant.
+    """
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    pids = {int(line) for line in out.split() if line.strip().isdigit()}
-    return len(pids - own_pids)
+        return None
+    apps: set[tuple[int, str]] = set()
+    for line in out.splitlines():
+        pid, _, gpu = (part.strip() for part in line.partition(","))
+        if pid.isdigit() and gpu:
+            apps.add((int(pid), gpu))
+    own_gpus = {gpu for pid, gpu in apps if pid in own_pids}
+    if not own_gpus:
+        return None
+    ignored = own_pids | launching_tree()
+    return len({pid for pid, gpu in apps if gpu in own_gpus and pid not in ignored})
+
+
+def launching_tree(pid: int | None = None) -> set[int]:
+    """The ancestors of ``pid`` (this process by default), read from /proc; empty off Linux."""
+    ancestors: set[int] = set()
+    current = _parent(os.getpid() if pid is None else pid)
+    while current is not None and current > 0 and current not in ancestors:
+        ancestors.add(current)
+        current = _parent(current)
+    return ancestors
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The command name (field 2) may hold spaces and parentheses; the parent follows the last ")".
+            return int(stat.read().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,43 +1,72 @@
 #!/usr/bin/env bash
-# The GPU check, in one script and about 8 minutes on one GPU (the step limits add up to 480 s), with
-# the machine's own torch (it installs nothing): the GPU tests, the transformer at its large preset,
-# a short sweep, the multi-process strategies checked against single on CPU ranks, the training
-# knobs, `pytest --benchmark` on one model and the report, everything written into OUT_DIR. The
-# steps run most valuable first, each under its own limit, so a slow machine loses the last ones.
-# Without a GPU it runs the same steps on the CPU, sized down, and says so: every record is then
-# marked emulated.
+# The GPU check, in one script and at most 8 minutes on one GPU, with the machine's own torch (it
+# installs nothing): the GPU tests, the transformer at its large preset, the training knobs, bench
+# verify, a short sweep, predictions against measurements, `pytest --benchmark`, the sharded strategies
+# on CPU ranks and the report, everything written into OUT_DIR. Without a GPU it runs the same steps on
+# the CPU, sized down, and says so: every record is then marked emulated.
 #
 #   bash bench/gpu_check.sh OUT_DIR
 #
-# OUT_DIR/steps.tsv gets one line per step as it ends (name, limit, seconds taken, exit code), so
-# the limits can be set from what the steps took.
+# Losing least to a time limit:
+#   - the steps run most valuable first (what the CPU suite cannot see, then measurements, then what the
+#     CPU suite already checks), each under its own limit; the limits add up to BUDGET_S (480 s), and a
+#     step starts with no more than what is left of it, so the script ends within it whatever ran late;
+#   - every row lands as it ends: OUT_DIR/steps.tsv gets one line per step (name, limit, seconds taken,
+#     exit code; exit "-" for a step no time was left for), `bench run` and `bench sweep` append each
+#     record as their run ends, and verify runs once per strategy (it writes its rows when it exits);
+#   - a step whose part fails runs its other parts anyway (`;`, not `&&`), and fails at the end.
+# The machine's environment (git, nvidia-smi topo -m, ...) is captured once, into OUT_DIR/environment.json;
+# the sweep asks only for strategies this machine can host, so it writes no skipped rows (each of which
+# captures the environment again).
+#
+# The limits are estimates for one H200 (torch's import and CUDA's start about 5 s a process, the large
+# presets' 0.7-0.8 B parameters a few seconds more to build), not yet measured: the first run's
+# steps.tsv is what to set them from.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_check.sh OUT_DIR}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # the overrides: for tests/test_gpu_check.py
 
-if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+gpus=$(python -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
+gpus=${gpus:-0}
+if [ "$gpus" -gt 0 ]; then
   preset=large
-  scale=1
+  percent=${GPU_CHECK_LIMIT_PERCENT:-100}
 else
   # Emulated ranks share a few cores: each step gets 3 times its GPU limit (on 2 shared cores the
   # sweep took 323 s against its 140, verify 60 s against its 25).
   echo "no CUDA device: CPU fallback with the tiny preset (emulated devices), limits x3"
   preset=tiny
-  scale=3
+  percent=${GPU_CHECK_LIMIT_PERCENT:-300}
 fi
+# One GPU hosts single and ddp on one rank; the sharded strategies need a device per rank.
+strategies=single,ddp verify_strategies=ddp verify_devices=1 sweep_preset=small
+[ "$gpus" -ge 2 ] && strategies=single,ddp,fsdp,tp,pp verify_strategies="ddp fsdp tp" verify_devices=2
+[ "$gpus" -eq 0 ] && sweep_preset=tiny
+budget=$((BUDGET_S * percent / 100))
+start_all=$SECONDS
 
 failed=0
 printf 'step\tlimit_s\ttook_s\texit\n' > "$out/steps.tsv"
-# step NAME LIMIT_S COMMAND...: runs COMMAND under a time limit (LIMIT_S on a GPU), keeps its output in
-# OUT_DIR/NAME.log.
+# step NAME LIMIT_S COMMAND...: runs COMMAND under LIMIT_S (scaled by percent, and cut to what is left of
+# the budget), keeps its output in OUT_DIR/NAME.log, and writes its steps.tsv row as it ends.
 step() {
-  local name=$1 limit=$(($2 * scale))
+  local name=$1 limit=$(($2 * percent / 100))
   shift 2
+  [ "$limit" -lt 1 ] && limit=1
+  local left=$((budget - (SECONDS - start_all)))
+  if [ "$left" -lt 1 ]; then
+    echo "== $name: no time left of the ${budget}s budget"
+    printf '%s\t%s\t0\t-\n' "$name" "$limit" >> "$out/steps.tsv"
+    failed=1
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (limit ${limit}s): $*"
   local start=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$out/$name.log"
   local rc=${PIPESTATUS[0]}
   printf '%s\t%s\t%s\t%s\n' "$name" "$limit" "$((SECONDS - start))" "$rc" >> "$out/steps.tsv"
   if [ "$rc" -ne 0 ]; then
@@ -46,53 +75,70 @@ step() {
   fi
 }
 
-step list 10 python -m bench list
-step gpu-tests 60 python -m pytest -q -p no:cacheprovider -m gpu tests
-# The transformer at its large preset once on its own, so that it is seen before the sweep runs it
-# again. Its own batch fits (counted, not measured): 737M parameters and 16 x 1024 tokens are under
-# 50 GB in fp32 (models/transformer.py) and 6 x 737M x 16384 = 7e13 FLOPs a step, under a second
+export out preset
+step environment 10 python -c 'import json, sys; from bench.environment import environment
+json.dump(environment(), open(sys.argv[1], "w"), indent=1)' "$out/environment.json"
+# What the CPU suite cannot see first: its CUDA bodies (tests/test_gpu.py: placement, the knobs, compile,
+# the refusals; with 2 GPUs ddp, pp, dp, tp, fsdp, zero1, mp and SyncBatchNorm).
+step gpu-tests 90 python -m pytest -q -p no:cacheprovider -m gpu tests
+# The transformer at its large preset once on its own: 737M parameters and 16 x 1024 tokens are under
+# 50 GB in fp32 (models/transformer.py), and 6 x 737M x 16384 = 7e13 FLOPs a step is under a second
 # in bf16 (the GPU default) at 20% of an H200's peak.
-step transformer 50 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
+step transformer 45 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
   --warmup 2 --out "$out/transformer.jsonl"
-# With one GPU the strategies that need a device per rank (zero1, fsdp, tp, mp, pp, hybrid) are
-# skipped rows here: the verify-cpu step below checks them.
-step sweep 110 python -m bench sweep --models cnn,mlp,transformer --preset "$preset" --microbatches 4 --repeats 2 \
-  --out "$out/sweep.jsonl" --run-timeout-s 90 --calibration none
+# The training knobs side by side on one model: each precision (tf32 exists on CUDA only) and activation
+# checkpointing at the default one; compile, the slowest (cold), comes later in a step of its own.
+precisions="fp32 bf16 fp16"
+[ "$preset" = large ] && precisions="fp32 tf32 bf16 fp16"
+knob() { python -m bench run --model cnn --preset "$preset" --steps 5 --warmup 3 --out "$out/knobs.jsonl" "$@"; }
+knob_runs() {
+  local rc=0 p
+  for p in $precisions; do knob --precision "$p" || rc=1; done
+  knob --activation-checkpointing || rc=1
+  return $rc
+}
+# Equivalence with single on this GPU, one strategy per process so that each one's rows land as it ends.
+verify_runs() {
+  local rc=0 s
+  for s in $verify_strategies; do
+    python -m bench verify --models mlp --strategies "$s" --devices "$verify_devices" --out "$out/verify.jsonl" || rc=1
+  done
+  return $rc
+}
+# The sharded strategies on 2 gloo ranks, two per process (each process checks single first).
+verify_cpu_runs() {
+  local rc=0 s
+  for s in ddp,zero1 fsdp,tp; do
+    python -m bench verify --models transformer --strategies "$s" --devices 2 --out "$out/verify-cpu.jsonl" || rc=1
+  done
+  return $rc
+}
+export precisions verify_strategies verify_devices
+export -f knob knob_runs verify_runs verify_cpu_runs
+step knobs 50 bash -c knob_runs  # timeout runs programs, not shell functions
+step verify 25 bash -c verify_runs
+# A short sweep at the small preset (tiny on the CPU): 8 runs of a few seconds each, not the large models' builds.
+step sweep 90 python -m bench sweep --models cnn,transformer --strategies "$strategies" --preset "$sweep_preset" \
+  --microbatches 4 --repeats 2 --steps 5 --warmup 2 --out "$out/sweep.jsonl" --run-timeout-s 40 --calibration none
 # Predicted before measured on this GPU: a calibration of the large mlp (blocks, update, step overhead;
 # one GPU has no collectives to measure), then single and ddp on 1 GPU in fp32 (the calibration's
 # precision), each record carrying its prediction and prediction_error.
-predict_runs() {
-  python -m bench calibrate --model mlp --preset "$preset" --devices 1 --microbatches 1 --repeats 3 \
-    --out "$out/calibration-mlp.json" &&
+step predict 60 bash -c 'python -m bench calibrate --model mlp --preset "$preset" --devices 1 --microbatches 1 \
+  --repeats 3 --out "$out/calibration-mlp.json" &&
   python -m bench sweep --strategies single,ddp --models mlp --devices 1 --preset "$preset" --precision fp32 \
-    --repeats 2 --steps 5 --warmup 2 --calibration "$out/calibration-mlp.json" --out "$out/predicted.jsonl" \
-    --run-timeout-s 40
-}
-export out preset
-export -f predict_runs
-step predict 60 bash -c predict_runs
-# The training knobs side by side on one model: each precision, then compile and activation
-# checkpointing at the machine's default precision (tf32 exists on CUDA only).
-precisions="fp32 bf16 fp16"
-[ "$preset" = large ] && precisions="fp32 tf32 bf16 fp16"
-knob_runs() {
-  local common=(python -m bench run --model cnn --preset "$preset" --steps 5 --warmup 3 --out "$out/knobs.jsonl")
-  for p in $precisions; do "${common[@]}" --precision "$p" || return 1; done
-  "${common[@]}" --compile && "${common[@]}" --activation-checkpointing
-}
-export out preset precisions
-export -f knob_runs
-step knobs 60 bash -c knob_runs  # timeout runs programs, not shell functions
-# The sharded strategies, which one GPU cannot host (a device per rank), on the transformer against
-# single on 2 gloo ranks of the CPU: an empty CUDA_VISIBLE_DEVICES hides the GPU, so `auto` is the CPU.
-step verify-cpu 50 env CUDA_VISIBLE_DEVICES= python -m bench verify --models transformer \
-  --strategies ddp,zero1,fsdp,tp --devices 2 --out "$out/verify-cpu.jsonl"
-step benchmark 40 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
+  --repeats 2 --steps 5 --warmup 2 --calibration "$out/calibration-mlp.json" --out "$out/predicted.jsonl" \
+  --run-timeout-s 25'
+step compile 45 bash -c 'knob --compile'
+step benchmark 20 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
   --bench-preset "$preset" --bench-steps 5 --bench-warmup 2 --benchmark-json="$out/benchmark.json"
-step verify 20 python -m bench verify --models mlp --out "$out/verify.jsonl"
 # Left out: transformer.jsonl (its single run would join the sweep's round-0 baseline of the speed-ups)
 # and verify-cpu.jsonl (CPU verdicts, not about this machine's GPU runs).
 inputs=()
-for f in "$out/sweep.jsonl" "$out/predicted.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do [ -s "$f" ] && inputs+=("$f"); done
+for f in "$out/sweep.jsonl" "$out/predicted.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do
+  [ -s "$f" ] && inputs+=("$f")
+done
 step report 20 python -m bench report "${inputs[@]}" --out "$out/report"
+# Last, what the CPU suite already checks: the sharded strategies on 2 gloo ranks of this machine's torch
+# (an empty CUDA_VISIBLE_DEVICES hides the GPU, so `auto` is the CPU).
+step verify-cpu 25 env CUDA_VISIBLE_DEVICES= bash -c verify_cpu_runs
 exit $failed

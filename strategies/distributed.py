@@ -6,7 +6,7 @@ import datetime
 import gc
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -23,7 +23,7 @@ def torchrun_topology(accelerator: str) -> Topology:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cuda", local_rank) if accelerator == "cuda" else torch.device("cpu")
+    device = torch.device("cuda", gpu_index(local_rank)) if accelerator == "cuda" else torch.device("cpu")
     return Topology(
         devices=(device,),
         rank=rank,
@@ -31,6 +31,19 @@ def torchrun_topology(accelerator: str) -> Topology:
         local_rank=local_rank,
         emulated=is_emulated(accelerator, world_size),
     )
+
+
+def gpu_index(local_rank: int) -> int:
+    """The visible GPU of the process with ``local_rank``: ``local_rank`` where the node's processes see
+    all its GPUs (torchrun), 0 where each sees only its own (Slurm's ``--gpus-per-task 1``, whose local
+    ranks still count 0..n-1 while every task has one device, cuda:0)."""
+    return local_rank % max(torch.cuda.device_count(), 1)
+
+
+def one_gpu_per_task() -> bool:
+    """True where the scheduler gave this process one GPU of its own (CUDA_VISIBLE_DEVICES names one)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible is not None and len([d for d in visible.split(",") if d.strip()]) == 1
 
 
 T = TypeVar("T")
@@ -131,8 +144,11 @@ def backend() -> str | None:
 def check_per_device_launch(devices: int, accelerator: str, gpus: int) -> None:
     """Raises ConfigError before any process group forms when a one-process-per-device launch
     cannot work: ``--devices`` that disagrees with torchrun's world size, or more processes on
-    this node than GPUs (which NCCL would report only later, as "Duplicate GPU detected")."""
-    here = devices
+    this node than GPUs (which NCCL would report only later, as "Duplicate GPU detected").
+
+    A launch whose every process sees one GPU of its own (Slurm's one GPU per task) has more processes
+    on the node than GPUs in sight and is admitted: two tasks given the same GPU are NCCL's to report."""
+    here, own_gpu = devices, False
     if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         world = int(os.environ["WORLD_SIZE"])
         if devices != world:
@@ -141,11 +157,25 @@ def check_per_device_launch(devices: int, accelerator: str, gpus: int) -> None:
                 f"(--nnodes x --nproc-per-node); pass --devices {world}"
             )
         here = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if accelerator == "cuda" and here > gpus:
+        own_gpu = one_gpu_per_task()  # only a launch of the user's: the suite's torchrun shares one view
+    if accelerator == "cuda" and here > gpus and not (gpus == 1 and own_gpu):
         raise ConfigError(
             f"{here} processes on this node, one per GPU, but this machine has {gpus} GPU(s); "
             f"use at most {gpus} per node"
         )
+
+
+def check_sync_batchnorm(sync: bool, model: str, devices: int, layer_types: Sequence[str]) -> None:
+    """Raises ConfigError where ``--sync-batchnorm`` would change nothing yet be recorded as on: a model
+    without BatchNorm, or one replica (SyncBatchNorm then falls back to BatchNorm's local statistics).
+    Where it can run (CUDA, 2 or more replicas) it does; the CPU is ddp's to refuse (torch rejects it)."""
+    if not sync:
+        return
+    if not any("BatchNorm" in t for t in layer_types):
+        raise ConfigError(f"--sync-batchnorm: model {model!r} has no BatchNorm layer to synchronise; drop the flag")
+    if devices < 2:
+        raise ConfigError(f"--sync-batchnorm with --devices {devices}: one replica has no other batch statistics "
+                          "to gather; use --devices 2 or more")
 
 
 def gather_objects(obj: T) -> list[T]:

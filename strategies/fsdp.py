@@ -10,10 +10,12 @@ al. 2020). A block's whole parameters exist only while it computes:
 Every block is sharded on its own, then the root (what is left: none here, the blocks are the
 model), as torchtitan's ``apply_fsdp`` does, so that one block's gather overlaps the previous
 block's compute. The batch is split as in ``ddp``; a reduce-scatter of the mean gradient is the
-all-reduce's result, sharded, so N ranks train like one device (tests/test_fsdp.py).
+all-reduce's result, sharded, so N ranks train like one device (tests/test_sharded.py).
 
-bf16 goes through FSDP2's own policy (parameters cast to bf16 for compute, gradients reduced in
-fp32), not autocast: the policy is what FSDP2 users run, and it is recorded with the run.
+bf16 is autocast, as in every other strategy (hybrid's FSDP included): fp32 parameters gathered and
+reduced, matmuls and convolutions in bf16, norm layers in fp32. FSDP2's ``MixedPrecisionPolicy`` would
+instead cast the parameters themselves, norm layers too, and a sweep's fsdp row would compare other
+arithmetic than its ddp row (tests/test_fsdp.py).
 """
 
 from __future__ import annotations
@@ -44,30 +46,28 @@ ZERO_STAGE = {True: "ZeRO-3", False: "ZeRO-2"}
 """What --reshard-after-forward makes FSDP2: parameters freed after the forward, or kept to the backward."""
 
 
-def apply_fsdp(blocks: nn.Sequential, device: torch.device, *, reshard_after_forward: bool = True,
-               param_dtype: torch.dtype | None = None) -> nn.Module:
+def apply_fsdp(blocks: nn.Sequential, device: torch.device, *, reshard_after_forward: bool = True) -> nn.Module:
     """Shards each block of ``blocks`` and then the root over all ranks (the process group must exist)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     blocks = blocks.to(device)
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
-    shard_blocks(blocks, blocks, mesh, reshard_after_forward=reshard_after_forward, param_dtype=param_dtype)
+    shard_blocks(blocks, blocks, mesh, reshard_after_forward=reshard_after_forward)
     return blocks
 
 
-def shard_blocks(blocks: nn.Sequential, root: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool = True,
-                 param_dtype: torch.dtype | None = None) -> None:
+def shard_blocks(blocks: nn.Sequential, root: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool = True
+                 ) -> None:
     """fully_shard each block of ``blocks`` over ``mesh``, then ``root`` (``blocks`` itself, or a module
-    around them), in place. A 2-D mesh (replicate, shard) makes it HSDP."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    around them), in place. A 2-D mesh (replicate, shard) makes it HSDP. Parameters stay fp32 (bf16 is
+    the step's autocast)."""
+    from torch.distributed.fsdp import fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None,
-                                  output_dtype=torch.float32 if param_dtype else None)
     for block in blocks:
         if any(p.requires_grad for p in block.parameters()):
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     # The root's own parameters: none left here, but the root also runs the last reduce-scatters.
-    fully_shard(root, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(root, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
 def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -84,8 +84,8 @@ class FSDPStrategy(Strategy):
     launch = Launch.PER_DEVICE
     description = "FSDP2 (fully_shard): one process per device; --no-reshard-after-forward for ZeRO-2"
     reads: ClassVar[tuple[type, ...]] = (FSDPOptions,)
-    fp16_refusal = ("needs a gradient scaler that unscales sharded gradients, and FSDP2's own mixed precision "
-                    "is bf16 or fp32 here; use --precision bf16 (no loss scaling needed)")
+    fp16_refusal = ("needs a gradient scaler that unscales sharded gradients, not tested here with FSDP2; "
+                    "use --precision bf16 (no loss scaling needed)")
     compile_refusal = "the suite compiles blocks before wrapping; fully_shard over compiled blocks is not tested here"
 
     def __init__(self, run: RunOptions, *, fsdp: FSDPOptions) -> None:
@@ -99,13 +99,8 @@ class FSDPStrategy(Strategy):
         except ValueError as exc:
             raise ConfigError(f"{exc} (--batch-size {batch}, --devices {ranks})") from None
 
-    @property
-    def param_dtype(self) -> torch.dtype | None:
-        return torch.bfloat16 if self.run.precision == "bf16" else None
-
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
-        return apply_fsdp(spec.blocks, topo.devices[0], reshard_after_forward=self.fsdp.reshard_after_forward,
-                          param_dtype=self.param_dtype)
+        return apply_fsdp(spec.blocks, topo.devices[0], reshard_after_forward=self.fsdp.reshard_after_forward)
 
     def shard_batch(
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
@@ -113,31 +108,16 @@ class FSDPStrategy(Strategy):
         start, stop = shard_range(len(inputs), topo.rank, topo.world_size)
         return super().shard_batch(inputs[start:stop], targets[start:stop], topo)
 
-    def train_step(
-        self,
-        model: nn.Module,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        loss_fn: nn.Module,
-        optimizer: torch.optim.Optimizer,
-    ) -> torch.Tensor:
-        # No autocast: FSDP2's policy casts the parameters, and returns fp32 outputs for the loss.
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return full_state(model)
 
     def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
-        dtype = self.param_dtype
         return {
             "backend": backend(),
             "per_rank_batch_size": self.run.global_batch // self.run.devices,
             "reshard_after_forward": self.fsdp.reshard_after_forward,
             "zero_stage": ZERO_STAGE[self.fsdp.reshard_after_forward],
-            "mixed_precision": {"param_dtype": str(dtype) if dtype else "float32",
-                                "reduce_dtype": "float32"},
+            # What FSDP2 itself gathers and reduces in: fp32 always; bf16 is the record's autocast precision.
+            "mixed_precision": {"param_dtype": "float32", "reduce_dtype": "float32",
+                                "autocast_dtype": "bfloat16" if self.run.precision == "bf16" else None},
         }

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import bench.cli
+import bench.config
 from bench.config import RunConfig, from_json, resolve, to_json, unread_groups_reset
 from bench.launch import RESOLVED_CONFIG_VARIABLE
 from strategies import STRATEGIES, ConfigError, build_strategy, readers
@@ -79,3 +80,56 @@ def test_a_torchrun_worker_takes_its_launchers_resolved_config_without_validatin
     monkeypatch.delenv(RESOLVED_CONFIG_VARIABLE)
     with pytest.raises(pytest.fail.Exception, match="validated its command line again"):
         bench.cli.run_config(args)
+
+
+@pytest.mark.parametrize(("model", "accelerator", "refused"), [
+    ("cnn", "cuda", True),  # the ResNet's AdaptiveAvgPool2d: no deterministic CUDA backward
+    ("cnn", "cpu", False),
+    ("mlp", "cuda", False),
+    ("transformer", "cuda", False),
+])
+def test_deterministic_is_refused_on_cuda_for_a_model_torch_would_raise_on(
+    model: str, accelerator: str, refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The device kind faked: resolve reads the GPUs present through gpus_available, and builds nothing on them.
+    monkeypatch.setattr(bench.config, "gpus_available", lambda: 1)
+    config = RunConfig(model=model, preset="tiny", deterministic=True, accelerator=accelerator,
+                       precision="fp32", out=str(tmp_path / "r.jsonl"))
+    if not refused:
+        assert resolve(config).deterministic
+        return
+    with pytest.raises(ConfigError) as refusal:
+        resolve(config)
+    assert str(refusal.value) == ("--deterministic on CUDA: model 'cnn' has AdaptiveAvgPool2d, whose CUDA backward "
+                                  "has no deterministic kernel (torch would raise at the first step); drop "
+                                  "--deterministic")
+
+
+def test_the_cnn_without_deterministic_resolves_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench.config, "gpus_available", lambda: 1)
+    config = resolve(RunConfig(model="cnn", preset="tiny", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
+    assert (config.accelerator, config.precision, config.channels_last) == ("cuda", "bf16", True)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"model": "mlp"}, "--sync-batchnorm: model 'mlp' has no BatchNorm layer to synchronise; drop the flag"),
+    ({"norm": "group"}, "--sync-batchnorm: model 'cnn' has no BatchNorm layer to synchronise; drop the flag"),
+    ({"devices": 1}, "--sync-batchnorm with --devices 1: one replica has no other batch statistics to gather; "
+                     "use --devices 2 or more"),
+    ({"accelerator": "cpu"}, "--sync-batchnorm needs CUDA: torch's SyncBatchNorm rejects CPU tensors, so it cannot "
+                             "run on gloo/CPU"),
+    ({}, None),  # the cnn's BatchNorm over 2 CUDA replicas: resolved, and tests/test_gpu.py runs it
+])
+def test_sync_batchnorm_runs_only_where_it_synchronises_something(
+    changes: dict, message: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: mlp, group norm and one replica were accepted and recorded as synchronised, with nothing to sync.
+    monkeypatch.setattr(bench.config, "gpus_available", lambda: 2)
+    config = RunConfig(**{"strategy": "ddp", "model": "cnn", "preset": "tiny", "devices": 2, "accelerator": "cuda",
+                          "sync_batchnorm": True, "out": str(tmp_path / "r.jsonl"), **changes})
+    if message is None:
+        assert resolve(config).sync_batchnorm
+        return
+    with pytest.raises(ConfigError) as refusal:
+        resolve(config)
+    assert str(refusal.value) == message

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench import disturbance
 from bench.disturbance import FOREIGN_SHARE_LIMIT, RankLoad, judge
 from bench.records import read_records
 from tests.helpers.cli import run_bench
@@ -41,16 +45,74 @@ def test_the_verdict_subtracts_the_runs_own_cpu_from_the_machines(
 
 
 def test_a_judge_that_forgot_the_runs_own_cpu_would_flag_every_busy_run() -> None:
-    # The deliberately broken variant: counting the machine's busy time alone as foreign.
-    quiet_but_busy = [load(own_cpu_s=3.8, machine_busy_s=3.9)]
+    quiet_but_busy = [load(own_cpu_s=3.8, machine_busy_s=3.9)]  # 0.1 s of others' CPU: quiet
     assert not judge(quiet_but_busy, cores=2).disturbed
-    broken_share = quiet_but_busy[0].machine_busy_s / (2 * quiet_but_busy[0].wall_s)
-    assert broken_share > FOREIGN_SHARE_LIMIT  # what the broken variant would have concluded
+    # The broken variant is the real judge with its subtraction of the run's own CPU taken out: it flags
+    # the quiet run, so the assertion above is one this test is seen to fail on.
+    source = inspect.getsource(disturbance.judge)
+    broken_source = source.replace("busy - sum(r.own_cpu_s for r in ranks)", "busy")
+    assert broken_source != source, "the subtraction this test breaks is no longer in judge"
+    namespace = dict(vars(disturbance))
+    exec(compile(broken_source, disturbance.__file__, "exec"), namespace)  # noqa: S102
+    assert namespace["judge"](quiet_but_busy, cores=2).disturbed
 
 
 def test_other_processes_on_the_gpus_disturb_a_run() -> None:
     verdict = judge([load()], cores=2, gpu_tenants=1)
     assert verdict.disturbed and verdict.reason == "1 other process(es) computed on its GPUs"
+
+
+def test_gpu_tenants_that_could_not_be_seen_are_unknown_and_disturb_nothing() -> None:
+    verdict = judge([load()], cores=2, gpu_tenants=None)
+    assert not verdict.disturbed and verdict.reason is None
+    assert verdict.record_fields([load()])["machine_load"]["gpu_tenants"] == "unknown"
+    assert judge([load()], cores=2, gpu_tenants=2).record_fields([load()])["machine_load"]["gpu_tenants"] == 2
+
+
+FAKE_NVIDIA_SMI = """#!{python}
+# nvidia-smi --query-compute-apps=FIELDS --format=csv,noheader, over the apps in $FAKE_GPU_APPS.
+import json, os, sys
+query = next(a for a in sys.argv[1:] if a.startswith("--query-compute-apps="))
+fields = query.partition("=")[2].split(",")
+for pid, gpu in json.loads(os.environ["FAKE_GPU_APPS"]):
+    print(", ".join(str({{"pid": pid, "gpu_uuid": gpu}}[f]) for f in fields))
+"""
+
+OWN = os.getpid()  # the run's rank, as the reporting rank passes it
+LAUNCHER = os.getppid()  # pytest's parent here; a launcher that made a CUDA context of its own
+
+
+@pytest.mark.parametrize(
+    ("apps", "tenants"),
+    [
+        ([(OWN, "GPU-a"), (900002, "GPU-a")], 1),
+        ([(OWN, "GPU-a"), (900002, "GPU-b")], 0),  # another job on the node's other GPU (before: 1)
+        ([(OWN, "GPU-a"), (LAUNCHER, "GPU-a")], 0),  # the launching process's own context (before: 1)
+        ([(OWN, "GPU-a"), (OWN, "GPU-b"), (900002, "GPU-b"), (900003, "GPU-c")], 1),
+        ([(700001, "GPU-a"), (700002, "GPU-a")], None),  # host PIDs from a container (before: 2)
+        ([], None),
+    ],
+)
+def test_gpu_tenants_count_only_the_runs_own_gpus_under_a_faked_nvidia_smi(
+    apps: list[tuple[int, str]], tenants: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_APPS", json.dumps(apps))
+    assert disturbance.gpu_tenants({OWN}) == tenants
+
+
+def test_gpu_tenants_are_unknown_without_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no nvidia-smi (before: 0, none seen)
+    assert disturbance.gpu_tenants({OWN}) is None
+
+
+def test_the_launching_tree_is_this_processs_ancestors() -> None:
+    tree = disturbance.launching_tree()
+    assert LAUNCHER in tree and OWN not in tree
+    assert disturbance.launching_tree(LAUNCHER) < tree
 
 
 def test_a_run_beside_a_cpu_hog_is_flagged(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.checkpoint import load_checkpoint
 from bench.config import RunConfig, resolve
+from bench.devices import gpu_part
 from bench.records import read_records
 from bench.runner import global_losses, train
 from tests.helpers.cli import run_bench
@@ -30,8 +32,7 @@ def test_a_gpu_run_records_the_allocator_peak_and_mfu(tmp_path: Path) -> None:
     assert record["accelerator"] == "cuda" and record["emulated"] is False
     assert record["peak_mem_source"] == "cuda_max_memory_allocated" and record["peak_mem_bytes"][0] > 0
     assert record["env"]["gpu_count"] == GPUS and record["env"]["cuda"]
-    name = torch.cuda.get_device_name(0)
-    if any(key in name for key in ("H100", "H200", "A100")):
+    if gpu_part(torch.cuda.get_device_name(0)) is not None:
         assert 0 < record["mfu"] < 1
 
 
@@ -54,7 +55,7 @@ def test_mp_across_two_gpus_trains_like_one(microbatches: int, tmp_path: Path) -
 
 
 @needs_2_gpus
-@pytest.mark.parametrize("strategy", ["ddp", "pp", "dp"])
+@pytest.mark.parametrize("strategy", ["ddp", "pp", "dp", "tp", "fsdp", "zero1"])
 def test_multi_gpu_strategies_run_end_to_end(strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     microbatches = "4" if strategy == "pp" else "1"
@@ -88,3 +89,40 @@ def test_training_knobs_run_on_the_gpu_near_fp32(knobs: dict, tmp_path: Path) ->
     assert all(torch.isfinite(torch.tensor(losses)))
     # The first loss comes before any update (and before fp16's scaler can skip one): bf16's tolerance at worst.
     torch.testing.assert_close(torch.tensor(losses[:1]), torch.tensor(fp32[:1]), rtol=5e-2, atol=0.0)
+
+
+@needs_2_gpus
+def test_sync_batchnorm_makes_ddp_on_the_cnn_train_like_one_device_on_the_global_batch(tmp_path: Path) -> None:
+    # Each replica's BatchNorm sees half the batch; synchronised, its statistics are the global batch's, as
+    # single's are. Without --sync-batchnorm the same comparison must fail, or it would prove nothing.
+    config = RunConfig(model="cnn", preset="tiny", norm="batch", steps=3, warmup=1, accelerator="cuda",
+                       precision="fp32", channels_last=False, batch_size=16, out=str(tmp_path / "r.jsonl"))
+    want_losses, want = reference(resolve(config))
+    distances = {}
+    for sync in (True, False):
+        checkpoint = tmp_path / f"sync-{sync}.pt"
+        proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--accelerator", "cuda", "--model", "cnn",
+                         "--preset", "tiny", "--steps", "3", "--warmup", "1", "--precision", "fp32",
+                         "--no-channels-last", "--batch-size", "16", "--save-checkpoint", str(checkpoint),
+                         "--out", str(tmp_path / "r.jsonl"), *(["--sync-batchnorm"] if sync else []))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = load_checkpoint(checkpoint, "cnn", "tiny")
+        distances[sync] = max(((got[k] - v).abs().max() / v.abs().max().clamp_min(1e-12)).item()
+                              for k, v in want.items() if v.is_floating_point())
+    synced, unsynced = read_records(tmp_path / "r.jsonl")[0]
+    assert (synced["strategy_fields"]["sync_batchnorm"], unsynced["strategy_fields"]["sync_batchnorm"]) == (True, False)
+    torch.testing.assert_close(torch.tensor(synced["losses"]), torch.tensor(want_losses), rtol=1e-3, atol=0.0)
+    assert distances[True] < 1e-3 < distances[False], distances
+
+
+@needs_gpu
+def test_deterministic_cnn_is_refused_on_the_gpu_in_one_line_and_the_mlp_reruns_bit_for_bit(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    refused = run_bench("run", "--accelerator", "cuda", "--model", "cnn", "--preset", "tiny", "--deterministic",
+                        "--out", str(out))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "AdaptiveAvgPool2d" in refused.stderr and not out.exists()
+    config = resolve(RunConfig(model="mlp", preset="tiny", steps=3, warmup=1, accelerator="cuda", deterministic=True,
+                               out=str(out)))
+    first, second = (global_losses(train(config).ranks) for _ in range(2))
+    assert first == second

@@ -55,6 +55,11 @@ PP_STAGES = 2
 PP_BATCH = 256
 SPEEDUP_TARGET = 0.85
 """The share of the ideal p*m/(m+p-1) speed-up that pp should reach over mp on one pp rank's threads."""
+CUDA_PRESET, CUDA_PP_BATCH = "large", 1024
+"""mlp large on GPUs: width 8192, so that a micro-batch of 128 rows is a few hundred microseconds of
+matmul per layer and not a handful of kernel launches (mlp small there times the launches)."""
+
+
 @dataclass(frozen=True)
 class PipelineSpeedup(FigureAndLine):
     """pp's median step time against mp's on the same stages and micro-batches."""
@@ -75,6 +80,8 @@ class PipelineSpeedup(FigureAndLine):
     """The calibrated model's account of the gap to the ideal (bench/predict/explain.py), PREDICTED;
     empty where no calibration was given."""
     prediction_source: str | None = None
+    mp_microbatches: int | None = None
+    """The micro-batches of the mp it is held against, where not ``microbatches``: 1 on GPUs (``mp_microbatches``)."""
 
     @property
     def speedup(self) -> float:
@@ -115,7 +122,8 @@ class PipelineSpeedup(FigureAndLine):
         return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
                 "share_of_ideal": self.share, "speedup_interval": self.interval,
                 "share_of_ideal_interval": self.share_interval, "suite_ms": self.pp_ms, "baseline_ms": self.mp_ms,
-                "microbatches": self.microbatches, "mp_threads": self.mp_threads, "target": self.target,
+                "microbatches": self.microbatches, "mp_threads": self.mp_threads,
+                "mp_microbatches": self.mp_microbatches or self.microbatches, "target": self.target,
                 "met": self.met, "settled": self.settled, **self.setup.record_fields(),
                 "predicted_speedup": predicted,
                 "predicted_share_of_ideal": None if predicted is None else predicted / self.ideal,
@@ -126,9 +134,40 @@ class PipelineSpeedup(FigureAndLine):
 
 
 def pipeline_config(config: RunConfig) -> RunConfig:
-    """The configuration both sides of pp-vs-mp share (``config``'s other options)."""
-    return dataclasses.replace(config, model="mlp", preset="small", batch_size=PP_BATCH, balance="params",
+    """The configuration both sides of pp-vs-mp share (``config``'s other options): mlp small on CPUs,
+    mlp large on GPUs (``CUDA_PRESET``)."""
+    cuda = config.accelerator == "cuda"
+    return dataclasses.replace(config, model="mlp", preset=CUDA_PRESET if cuda else "small",
+                               batch_size=CUDA_PP_BATCH if cuda else PP_BATCH, balance="params",
                                devices=PP_STAGES, optimizer="sgd", lr=0.01)
+
+
+def mp_microbatches(accelerator: str, microbatches: int) -> int:
+    """The micro-batches of the mp that pp with ``microbatches`` is held against.
+
+    The ideal p*m/(m+p-1) is over stages run one after another. On a CPU mp with M micro-batches does
+    run so (each op returns when it is done), and it feeds the same micro-batches as pp. On CUDA its
+    launches return at once, so stage 2 computes micro-batch 1 while stage 1 computes micro-batch 2:
+    mp with M micro-batches already overlaps (strategies/model_parallel.py) and pp's speed-up over it
+    sits near 1. Only one micro-batch leaves nothing to overlap there.
+    """
+    return 1 if accelerator == "cuda" else microbatches
+
+
+def pipeline_sides(accelerator: str, per_rank: int, all_threads: int) -> dict[str, int]:
+    """The runs alternated each round and the threads each computes with: pp, mp on one pp rank's
+    threads and, on CPUs only, mp on all the cores (on GPUs threads do not set a step's time)."""
+    sides = {"pp": per_rank, "mp": per_rank}
+    if accelerator != "cuda":
+        sides["mp-all"] = all_threads
+    return sides
+
+
+def side_config(base: RunConfig, side: str, microbatches: int) -> RunConfig:
+    """The (unresolved) configuration of one side of the round for pp's ``microbatches``."""
+    if side == "pp":
+        return dataclasses.replace(base, strategy="pp", microbatches=microbatches)
+    return dataclasses.replace(base, strategy="mp", microbatches=mp_microbatches(base.accelerator, microbatches))
 
 
 def pp_vs_mp(
@@ -138,8 +177,9 @@ def pp_vs_mp(
     and pp's measured bubble against its theoretical one where M >= 4p.
 
     Both split the same blocks the same way ([4, 5] by parameter count: four hidden layers on
-    each side, the small head with the second) and feed the same micro-batches; mp runs the stages
-    one after another, pp overlaps them, so the ideal speed-up is p*m/(m+p-1). With a ``predictor``
+    each side, the small head with the second); mp runs the stages one after another, pp overlaps
+    them, so the ideal speed-up is p*m/(m+p-1). On CPUs mp feeds the same micro-batches; on GPUs
+    one, the whole batch (``mp_microbatches``: CUDA would overlap mp's own micro-batches). With a ``predictor``
     (a calibration of this machine and where it came from) each speed-up carries the calibrated model's
     account of what keeps it from the ideal.
 
@@ -155,24 +195,30 @@ def pp_vs_mp(
     base = pipeline_config(config)
     setup = Setup(base.model, base.preset, PP_STAGES, base.accelerator, base.batch_size)
     per_rank = threads_per_process(PP_STAGES) if config.accelerator == "cpu" else torch.get_num_threads()
-    sides = {"pp": per_rank, "mp": per_rank, "mp-all": torch.get_num_threads()}
+    sides = pipeline_sides(base.accelerator, per_rank, torch.get_num_threads())
     mp_times, pp_rounds = _pipeline_rounds(base, sides, rounds, microbatches)
     speedups = []
+    labels = {"mp": (f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
+              "mp-all": (f"{sides.get('mp-all')} threads", None)}
+    if base.accelerator == "cuda":
+        labels["mp"] = ("one micro-batch (CUDA overlaps mp's micro-batches)", SPEEDUP_TARGET)
     for m in microbatches:
         pp_times = [r.step_times_ms for r in pp_rounds[m]]
         pp_ms = statistics.median(t for r in pp_times for t in r)
-        for side, label, target in (("mp", f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
-                                    ("mp-all", f"{sides['mp-all']} threads", None)):
+        mp_m = mp_microbatches(base.accelerator, m)
+        for side in (s for s in sides if s != "pp"):
+            label, target = labels[side]
             name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
             mp_ms = statistics.median(t for r in mp_times[side, m] for t in r)
             _, interval = pooled_ratio(mp_times[side, m], pp_times)
             predicted: tuple[GapStep, ...] = ()
             if predictor is not None:
-                pp_config = resolve(dataclasses.replace(base, strategy="pp", microbatches=m))
-                pp = dataclasses.replace(scenario_for(pp_config), threads=per_rank)
-                predicted = tuple(pipeline_gap(predictor[0], pp, mp_twin(pp, sides[side])))
+                pp = dataclasses.replace(scenario_for(resolve(side_config(base, "pp", m))), threads=per_rank)
+                mp = dataclasses.replace(mp_twin(pp, sides[side]), microbatches=mp_m)
+                predicted = tuple(pipeline_gap(predictor[0], pp, mp))
             speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, mp_ms, ideal_speedup(PP_STAGES, m),
-                                            target, interval, predicted, predictor[1] if predictor else None))
+                                            target, interval, predicted, predictor[1] if predictor else None,
+                                            mp_microbatches=mp_m))
     return speedups, bubble_checks(pp_rounds, setup, base.schedule)
 
 
@@ -196,14 +242,13 @@ def _pipeline_rounds(
             for r, order in enumerate(alternate(list(sides), rounds)):
                 for m in microbatches:
                     for side in order:
+                        config = resolve(side_config(base, side, m))
                         if side == "pp":
-                            pp = resolve(dataclasses.replace(base, strategy="pp", microbatches=m))
                             for inbox in inboxes:
-                                inbox.put(pp)
+                                inbox.put(config)
                             pp_rounds[m].append(outbox.get(timeout=base.timeout_s))
                         else:
-                            mp_config = resolve(dataclasses.replace(base, strategy="mp", microbatches=m))
-                            mp_times[side, m].append(_mp_step_times(mp_config, sides[side]))
+                            mp_times[side, m].append(_mp_step_times(config, sides[side]))
                 log.info("round %d/%d done", r + 1, rounds)
         finally:
             for inbox in inboxes:
