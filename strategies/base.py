@@ -43,7 +43,21 @@ class OptimizerChoice:
     """Its hyper-parameters (lr, momentum)."""
 
     def build(self, params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-        return self.cls(params, **self.kwargs)
+        # tp (and hybrid's tp without FSDP) leave some parameters plain beside their DTensors; CUDA's
+        # default foreach step raises on a list that mixes the two, so each kind is a group of its own.
+        return self.cls(groups_by_kind(params), **self.kwargs)
+
+
+def groups_by_kind(params: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
+    """``params`` as parameter groups of one kind each, plain tensors first, then DTensors (empty
+    groups left out), so that a foreach optimizer step never sees the two kinds in one list."""
+    from torch.distributed.tensor import DTensor
+
+    plain: list[torch.Tensor] = []
+    distributed: list[torch.Tensor] = []
+    for param in params:
+        (distributed if isinstance(param, DTensor) else plain).append(param)
+    return [{"params": group} for group in (plain, distributed) if group]
 
 
 class Launch(enum.Enum):

@@ -20,14 +20,14 @@ foreach stays on, so nothing is given up for it (tests/test_tensor_parallel.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from models.spec import COLWISE, ModelSpec, TensorParallelPlan
-from strategies.base import Launch, OptimizerChoice, Strategy, Topology
+from strategies.base import Launch, Strategy, Topology
 from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.fsdp import full_state
@@ -63,18 +63,6 @@ def parallelize_blocks(blocks: nn.Module, styles: dict[str, str], mesh: DeviceMe
     return parallelize_module(blocks, mesh, plan)
 
 
-def groups_by_kind(params: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
-    """``params`` as parameter groups of one kind each, plain tensors first, then DTensors (empty
-    groups left out), so that a foreach optimizer step never sees the two kinds in one list."""
-    from torch.distributed.tensor import DTensor
-
-    plain: list[torch.Tensor] = []
-    distributed: list[torch.Tensor] = []
-    for param in params:
-        (distributed if isinstance(param, DTensor) else plain).append(param)
-    return [{"params": group} for group in (plain, distributed) if group]
-
-
 class TensorParallelStrategy(Strategy):
     """Tensor parallel: column-then-row-wise Linear pairs sharded over the ranks, the batch whole on each."""
 
@@ -101,9 +89,6 @@ class TensorParallelStrategy(Strategy):
             raise ConfigError(plan_refusal(None, ()) or "")
         self.plan = spec.tp_plan
         return apply_tp(spec.blocks, spec.tp_plan, topo.devices[0])
-
-    def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:
-        return choice.cls(groups_by_kind(model.parameters()), **choice.kwargs)
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return full_state(model)

@@ -49,6 +49,7 @@ def test_benchmark_flag_times_the_matrix_into_json_the_report_reads(tmp_path: Pa
     assert "3 configuration(s) measured" in md and "| mlp/tiny | 2 | ddp |" in md
 
 
+@pytest.mark.launches
 def test_benchmark_flag_refuses_xdist_with_one_line() -> None:
     proc = run_pytest("tests/benchmarks", "--benchmark", "--co", env={"PYTEST_XDIST_WORKER": "gw0"})
     assert proc.returncode == 4  # pytest's usage error

@@ -197,10 +197,10 @@ def test_per_device_strategies_in_bf16_match_single_in_bf16_and_checkpointed_pp_
     pp = resolve(dataclasses.replace(config, strategy="pp", devices=2, microbatches=2))
     checkpointed = resolve(dataclasses.replace(fp32, strategy="pp", devices=2, microbatches=2,
                                                activation_checkpointing=True))
-    # fsdp in bf16 is FSDP2's policy (bf16 parameters in compute, fp32 reduction), not autocast: held to the same check.
+    # fsdp in bf16 is autocast like every other strategy (fp32 parameters and reduction): held to the same check.
     sharded = [resolve(dataclasses.replace(config, strategy=name, devices=2)) for name in ("zero1", "fsdp", "tp")]
     *bf16_runs, checkpointed_run = run_ranks_sequence([ddp, pp, *sharded, checkpointed], 2, tmp_path)
-    assert bf16_runs[3][0].strategy_fields["mixed_precision"]["param_dtype"] == "torch.bfloat16"
+    assert bf16_runs[3][0].strategy_fields["mixed_precision"]["autocast_dtype"] == "bfloat16"
     initial = initial_state(resolve(config))
     for results in bf16_runs:
         assert_losses_close(global_losses(results[0].ranks), expected_losses, BF16_RTOL)

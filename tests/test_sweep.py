@@ -58,7 +58,7 @@ def test_a_strategy_with_no_point_in_the_sweep_gets_a_skipped_row_saying_why(tmp
 
 def sweep_args(out: Path, *extra: str) -> list[str]:
     return ["sweep", "--repeats", "1", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1",
-            "--warmup", "0", "--calibration", "none",
+            "--warmup", "1", "--calibration", "none",
             "--out", str(out), *extra]
 
 
@@ -118,6 +118,7 @@ def test_sweep_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--devices", "0,2"], "--devices must list numbers of at least 1, got (0, 2)"),
         (["--models", "gpt"], "unknown model 'gpt'"),
         (["--repeats", "0"], "--repeats must be at least 1, got 0"),
+        (["--warmup", "0"], "--warmup must be at least 1, got 0: the first step pays one-time costs"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(["sweep", "--out", str(tmp_path / "s.jsonl"), *args])

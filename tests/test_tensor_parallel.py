@@ -20,9 +20,8 @@ import models
 from bench.config import RunConfig
 from bench.runner import optimizer_choice
 from strategies import build_strategy
-from strategies.base import Topology
+from strategies.base import Topology, groups_by_kind
 from strategies.fsdp import full_state
-from strategies.tensor_parallel import groups_by_kind
 
 CPU = Topology(devices=(torch.device("cpu"),))
 # torch.optim's package namespace does not keep the module's name; sys.modules does.
