@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -298,7 +299,20 @@ def _check_writable(path: Path, flag: str = "--out") -> None:
     existing = folder
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: cannot write in {existing}")
-    if path.exists() and (path.is_dir() or not os.access(path, os.W_OK)):
-        raise ConfigError(f"{flag} {path}: not a writable file")
+    # Permission bits say nothing to root, nor of a read-only or pseudo file system (/proc, /sys): a file is
+    # made and removed there, and an existing file opened for appending, which changes neither.
+    try:
+        if not existing.is_dir():
+            raise OSError
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError:
+        raise ConfigError(f"{flag} {path}: cannot write in {existing}") from None
+    if path.exists():
+        try:
+            if path.is_dir():
+                raise OSError
+            with path.open("ab"):
+                pass
+        except OSError:
+            raise ConfigError(f"{flag} {path}: not a writable file") from None

@@ -104,3 +104,21 @@ def test_unwritable_output_folder(tmp_path: Path, capsys: pytest.CaptureFixture[
     code, err = run_in_process(capsys, "run", "--preset", "tiny", "--out", str(blocker / "results.jsonl"))
     assert code == 2 and err.count("\n") == 1
     assert f"cannot write in {blocker}" in err
+
+
+@pytest.mark.parametrize("out", ["/proc/results.jsonl", "/sys/r.jsonl"])
+def test_an_output_on_a_pseudo_file_system_is_refused_even_for_root(out: str, capsys: pytest.CaptureFixture[str]
+                                                                     ) -> None:
+    # Root passes every permission-bit check; /proc and /sys still refuse new files.
+    code, err = run_in_process(capsys, "run", "--preset", "tiny", "--out", out)
+    assert code == 2 and err.count("\n") == 1
+    assert f"cannot write in {Path(out).parent}" in err
+
+
+def test_an_existing_results_file_is_checked_without_being_changed(tmp_path: Path) -> None:
+    from bench.config import RunConfig, resolve
+
+    results = tmp_path / "kept.jsonl"
+    results.write_text('{"kept": true}\n')
+    resolve(RunConfig(preset="tiny", out=str(results)))
+    assert results.read_text() == '{"kept": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl"]
