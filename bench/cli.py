@@ -135,6 +135,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             raise ConfigError("--warmup " + WARMUP_REFUSAL.format(args.warmup))
         config = run_config(args)
     except ConfigError as exc:
+        if under_torchrun() and int(os.environ.get("RANK", "0")) != 0:
+            # Every worker of a user's torchrun sees the same bad input; one line is enough. torchrun then
+            # reports its failed workers itself (exit 1), which no worker can silence.
+            raise SystemExit(2) from None
         fail("bench run", str(exc))
     if strategy_class(config.strategy).launch is Launch.PER_DEVICE and not under_torchrun():
         return launch_local(config.devices, argv, config.accelerator, config.max_restarts, to_json(config))

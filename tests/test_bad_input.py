@@ -122,3 +122,15 @@ def test_an_existing_results_file_is_checked_without_being_changed(tmp_path: Pat
     results.write_text('{"kept": true}\n')
     resolve(RunConfig(preset="tiny", out=str(results)))
     assert results.read_text() == '{"kept": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl"]
+
+
+@pytest.mark.parametrize("rank", ["0", "3"])
+def test_under_a_users_torchrun_only_rank_0_prints_the_refusal(rank: str, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    for name, value in {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
+                        "TORCHELASTIC_RUN_ID": "test"}.items():
+        monkeypatch.setenv(name, value)
+    code, err = run_in_process(capsys, "run", "--strategy", "ddp", "--devices", "2", "--preset", "tiny")
+    assert code == 2
+    expected = "--devices 2 does not match torchrun's world size 4"
+    assert (expected in err and err.count("\n") == 1) if rank == "0" else err == ""
