@@ -14,6 +14,7 @@ import dataclasses
 import math
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,8 +133,9 @@ def check(want: RunConfig, strategy: str, devices: int, options: dict[str, int],
 
 
 def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: int, steps: int,
-           timeout_s: float) -> list[dict[str, object]]:
-    """One verify row per strategy and model, and per hybrid mesh (skipped ones carry the reason)."""
+           timeout_s: float, done: Callable[[dict[str, object]], None] = lambda row: None) -> list[dict[str, object]]:
+    """One verify row per strategy and model, and per hybrid mesh (skipped ones carry the reason); ``done``
+    receives each row as it ends, so that a run cut short keeps the rows it finished."""
     plan = [(model, strategy, *run) for model in model_names for strategy in strategies
             for run in candidates(strategy, model, devices)]
     bar = tqdm(total=len(model_names) + len(plan), desc="verify", unit="run", file=sys.stderr, dynamic_ncols=True)
@@ -157,6 +159,7 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                 row["reason"] = f"reference run {reference_run.status}: {reference_run.reason}"
             else:
                 row.update(check(want, strategy, size, options, folder, timeout_s, skipped))
+            done(row)
             bar.update()
     bar.close()
     return rows
@@ -177,7 +180,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--devices", type=int, default=2, help="devices per strategy (default: 2)")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps compared (default: 3)")
     parser.add_argument("--run-timeout-s", type=float, default=300.0, help="limit per run (default: 300)")
-    parser.add_argument("--out", default="results/verify.jsonl", help="rows are appended here for the report")
+    parser.add_argument("--out", default="results/verify.jsonl",
+                        help="rows are appended here for the report (default: %(default)s)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -191,10 +195,10 @@ def main(args: argparse.Namespace) -> int:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
     except ConfigError as exc:
         fail("bench verify", str(exc))
-    rows = verify(args.strategies, args.models, args.devices, args.steps, args.run_timeout_s)
+    rows = verify(args.strategies, args.models, args.devices, args.steps, args.run_timeout_s,
+                  done=lambda row: append_record(args.out, row))
     print(f"{'strategy':<28} {'model':<11} {'devices':>7} {'max param diff':>15} {'max loss diff':>14}  result")
     for row in rows:
-        append_record(args.out, row)
         verdict = {True: "pass", False: "FAIL", None: "skipped"}[row["passed"]]
         diff = "" if row["max_param_diff"] is None else f"{row['max_param_diff']:.2e}"
         loss = "" if row["max_loss_diff"] is None else f"{row['max_loss_diff']:.2e}"

@@ -101,3 +101,21 @@ def test_bench_verify_runs_its_children_for_real_and_passes_mp(tmp_path: Path) -
     assert (row["strategy"], row["devices"], row["passed"]) == ("mp", 2, True)
     assert 0 <= row["max_param_diff"] < 1e-5 and 0 <= row["max_loss_diff"] < 1e-5
     assert f"{row['max_param_diff']:.2e}" in proc.stdout and proc.stdout.rstrip().endswith("pass")
+
+
+def test_each_row_is_written_as_it_ends_so_an_interrupted_verify_keeps_what_it_finished(
+    twins: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_check = verify.check
+
+    def interrupt_the_second(*args: object, **kwargs: object) -> dict[str, object]:
+        if args[1] == "twins-no-reduce":
+            raise KeyboardInterrupt
+        return real_check(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verify, "check", interrupt_the_second)
+    args = argparse.Namespace(strategies=("twins", "twins-no-reduce"), models=("mlp",), devices=2, steps=2,
+                              run_timeout_s=60.0, out=str(tmp_path / "verify.jsonl"))
+    with pytest.raises(KeyboardInterrupt):
+        verify.main(args)
+    assert [row["strategy"] for row in _rows(tmp_path / "verify.jsonl")] == ["twins"]
