@@ -13,7 +13,7 @@
 #     step starts with no more than what is left of it, so the script ends within it whatever ran late;
 #   - every row lands as it ends: OUT_DIR/steps.tsv gets one line per step (name, limit, seconds taken,
 #     exit code; exit "-" for a step no time was left for), `bench run` and `bench sweep` append each
-#     record as their run ends, and verify runs once per strategy (it writes its rows when it exits);
+#     record as their run ends, and verify appends each row as it ends (and runs once per strategy);
 #   - a step whose part fails runs its other parts anyway (`;`, not `&&`), and fails at the end.
 # The machine's environment (git, nvidia-smi topo -m, ...) is captured once, into OUT_DIR/environment.json;
 # the sweep asks only for strategies this machine can host, so it writes no skipped rows (each of which
