@@ -15,6 +15,7 @@ import torch
 import models
 from strategies import ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
 from strategies.distributed import check_backend, check_per_device_launch, check_sync_batchnorm, default_backend
+from strategies.mesh import DIMS
 from strategies.options import (
     OPTION_GROUPS,
     BucketOptions,
@@ -215,7 +216,7 @@ def _check_choices(config: RunConfig) -> None:
 
 
 def _check_numbers(config: RunConfig) -> None:
-    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank", "dp", "dp_shard", "pp", "tp"):
+    for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank", *DIMS):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

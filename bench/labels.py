@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from strategies import STRATEGIES
+from strategies.mesh import DIMS
 from strategies.options import FSDPOptions, MeshOptions, PipelineOptions, SplitOptions
 from strategies.precision import default_precision
 
@@ -18,7 +19,7 @@ def variant(config: dict[str, object]) -> str:
     reads = STRATEGIES[name].reads if name in STRATEGIES else ()
     shown = []
     if MeshOptions in reads:  # hybrid's degrees as given: dp-shard=2, tp=2
-        shown += [f"{k.replace('_', '-')}={config[k]}" for k in ("dp", "dp_shard", "pp", "tp") if config.get(k)]
+        shown += [f"{k.replace('_', '-')}={config[k]}" for k in DIMS if config.get(k)]
     if PipelineOptions in reads:
         shown.append(str(config.get("schedule")))
     if SplitOptions in reads:

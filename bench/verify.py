@@ -28,7 +28,7 @@ from bench.plan import run_key
 from bench.records import RECORD_VERSION, append_record, read_records
 from bench.sweep import run_child
 from strategies import STRATEGIES, ConfigError, strategy_class
-from strategies.mesh import MeshLayout
+from strategies.mesh import DIMS, MeshLayout
 from strategies.options import MeshOptions
 
 
@@ -67,17 +67,17 @@ MESH_MODELS = ("mlp", "transformer")
 10-20 s on 2 cores."""
 
 
-EQUIVALENCE_CLASS = ("norm", "schedule", "microbatches", "precision", "dp", "dp_shard", "pp", "tp")
+EQUIVALENCE_CLASS = ("norm", "schedule", "microbatches", "precision", *DIMS)
 """With strategy and model, what a verdict covers: a sweep row differing in any of these was not checked
 (the degrees: hybrid's, resolved; None for other strategies)."""
 
 
 def checked_class(config: RunConfig) -> dict[str, object]:
     """The settings of the run a verdict was reached on, written into its row for the report to match."""
-    degrees = dict.fromkeys(("dp", "dp_shard", "pp", "tp"))
+    degrees: dict[str, int | None] = dict.fromkeys(DIMS)
     if MeshOptions in strategy_class(config.strategy).reads:
         layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
-        degrees = {"dp": layout.dp, "dp_shard": layout.dp_shard, "pp": layout.pp, "tp": layout.tp}
+        degrees = dict(zip(DIMS, layout.shape, strict=True))
     return {**{name: getattr(config, name) for name in EQUIVALENCE_CLASS}, **degrees}
 
 
@@ -167,7 +167,7 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
 
 def row_label(row: dict[str, object]) -> str:
     """``hybrid (dp-shard 2 x tp 2)``: the strategy, and hybrid's degrees of more than one rank."""
-    degrees = [f"{name.replace('_', '-')} {row[name]}" for name in ("dp", "dp_shard", "pp", "tp")
+    degrees = [f"{name.replace('_', '-')} {row[name]}" for name in DIMS
                if isinstance(row.get(name), int) and row[name] > 1]
     return f"{row['strategy']} ({' x '.join(degrees)})" if degrees else str(row["strategy"])
 

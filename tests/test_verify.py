@@ -91,6 +91,7 @@ def test_compare_fails_equal_parameters_when_the_losses_differ(tmp_path: Path) -
 
 
 
+@pytest.mark.launches
 def test_bench_verify_runs_its_children_for_real_and_passes_mp(tmp_path: Path) -> None:
     # The one run through real `bench run` children (the reference, then mp): what the in-process runs above
     # stand in for, a command line that carries the checkpoint and the record to where compare reads them.
