@@ -56,7 +56,7 @@ def test_a_tie_lists_every_configuration_within_noise_and_memory_that_does_not_f
     assert "use **ddp or mp (m=1)**" in md and "a tie: their intervals overlap" in md
     assert "80 MiB per device (tracked), DOES NOT FIT in 64" in md  # single on 1 process: the host's 64 MiB
     assert md.count("EMULATED: up to 2 processes shared this machine's 2 CPU cores") == 1
-    assert "for GPUs read Predicted cluster (PREDICTED)" in md
+    assert "for GPUs, `bench predict --hardware h200 ...` adds a PREDICTED cluster" in md
 
 
 def test_a_speed_up_over_another_baseline_is_not_called_one_over_single(tmp_path: Path) -> None:
