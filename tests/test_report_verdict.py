@@ -56,4 +56,12 @@ def test_a_tie_lists_every_configuration_within_noise_and_memory_that_does_not_f
     assert "use **ddp or mp (m=1)**" in md and "a tie: their intervals overlap" in md
     assert "80 MiB per device (tracked), DOES NOT FIT in 64" in md  # single on 1 process: the host's 64 MiB
     assert md.count("EMULATED: up to 2 processes shared this machine's 2 CPU cores") == 1
-    assert "for GPUs read Predicted cluster (PREDICTED)" in md
+    assert "for GPUs, `bench predict --hardware h200 ...` adds a PREDICTED cluster" in md
+
+
+def test_a_speed_up_over_another_baseline_is_not_called_one_over_single(tmp_path: Path) -> None:
+    # Seen on a real `bench run` pair whose single run was disturbed: ddp was "1.00x single", over itself.
+    md = _md(tmp_path, [record("single", 1, 100.0, disturbed=True), record("ddp", 2, 180.0)])
+    line = next(x for x in md.splitlines() if x.startswith("**mlp/small on 2 device(s)"))
+    assert "use **ddp**. 180.0 samples/s (90.0 per device);" in line and "x single" not in line
+    assert "adds a PREDICTED cluster to this report" in md  # no what-if records to point to

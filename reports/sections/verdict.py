@@ -45,9 +45,14 @@ def _memory(best: dict) -> str:
         return "memory not tracked"
     capacity = device_capacity(best) if best.get("device_memory_bytes") else None
     if not capacity:
-        return f"{shown:,.0f} MiB per device ({what})"
+        return f"{_mib(shown)} MiB per device ({what})"
     fits = "fits" if shown * 2**20 <= capacity else "DOES NOT FIT"
-    return f"{shown:,.0f} MiB per device ({what}), {fits} in {capacity / 2**20:,.0f}"
+    return f"{_mib(shown)} MiB per device ({what}), {fits} in {_mib(capacity / 2**20)}"
+
+
+def _mib(value: float) -> str:
+    """``12,053`` or ``0.25``: whole MiB where that keeps the figure, else three digits."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _checked(verified: str) -> str:
@@ -78,7 +83,8 @@ def verdict_lines(ctx: Context) -> list[str]:
         use = winners[0] if len(winners) == 1 else " or ".join(winners)
         per_device = best["samples_per_s"] / best["devices"]
         speed = f"{row['samples_per_s']} samples/s ({per_device:,.1f} per device)"
-        if row["devices"] > 1 and row.get("speedup"):
+        # Only over single: where single did not run undisturbed, the baseline is another configuration.
+        if row["devices"] > 1 and row.get("speedup") and best.get("baseline", "single") == "single":
             speed += f", {row['speedup']}x single"
         lines.append(f"{head}: use **{use}**. {speed}; {_memory(best.to_dict())}; {_checked(best['verified'])}; "
                      f"{_sure(row['fastest'])}. Run: `{command(_config(best))}`")
@@ -121,4 +127,6 @@ def emulation_sentence(ctx: Context) -> str:
     most = int(runs["processes"].max()) if "processes" in runs and not runs.empty else 2
     return (f"EMULATED: up to {most} processes shared this machine's {cores} CPU cores, so the multi-device rows "
             "show that each strategy trains the same model as single and what its communication costs here, not "
-            "how it would speed up on GPUs; for GPUs read Predicted cluster (PREDICTED).")
+            "how it would speed up on GPUs; " + (
+                "for GPUs read Predicted cluster (PREDICTED)." if not ctx.results.predictions.empty else
+                "for GPUs, `bench predict --hardware h200 ...` adds a PREDICTED cluster to this report."))
