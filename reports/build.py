@@ -22,6 +22,7 @@ from reports.sections import (
     memory,
     mfu,
     pipelines,
+    plan,
     predictions,
     published,
     throughput,
@@ -46,6 +47,7 @@ SECTIONS: list[Callable[[Context], Section | None]] = [
     mfu.section,
     predictions.section,
     what_if.section,
+    plan.section,
     published.section,
     # The appendix: the evidence behind the figures above.
     verification.section,

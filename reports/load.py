@@ -32,6 +32,8 @@ class Results:
     """``bench predict``'s records on their own (what-if): every figure predicted."""
     published: pd.DataFrame = field(default_factory=pd.DataFrame)
     """``bench predict --published``'s records: a prediction held against a published result (``published_row``)."""
+    plans: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """``bench plan``'s ranked candidates (``plan_row``), PREDICTED, measured where ``--measure`` ran them."""
 
     @property
     def emulated(self) -> bool:
@@ -147,8 +149,9 @@ def load(paths: list[Path]) -> Results:
         fidelity = fidelity.drop_duplicates(subset=["name", "model", "machine"], keep="last").reset_index(drop=True)
     predictions = _frame([prediction_row(r) for r in records if _kind(r) == "prediction"])
     published = _frame([published_row(r) for r in records if _kind(r) == "published"])
+    plans = _frame([plan_row(r) for r in records if _kind(r) == "plan"])
     return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity,
-                   predictions=predictions, published=published)
+                   predictions=predictions, published=published, plans=plans)
 
 
 def _kind(record: dict[str, object]) -> str:
@@ -181,6 +184,20 @@ def prediction_row(record: dict[str, object]) -> dict[str, object]:
             "compute from": record["compute_source"]}
 
 
+def plan_row(record: dict[str, object]) -> dict[str, object]:
+    """A ``bench plan`` candidate as a report row: its rank, PREDICTED figures, measured ones where it ran."""
+    measured = record.get("measured_samples_per_s")
+    return {"model": f"{record['model']}/{record['preset']}", "devices": record["device_count"],
+            "global_batch": record["global_batch_size"], "source": record["source"], "rank": record["plan_rank"],
+            "configuration": record["label"],
+            "predicted samples/s": record["predicted_samples_per_s"],
+            "predicted GiB per device": float(str(record["predicted_memory_bytes_per_device"])) / 2**30,
+            "tie with best": "tie" if record["tie_with_best"] and record["plan_rank"] != 1 else "",
+            "slower than the one above": record.get("slower_than_above") or "",
+            "measured samples/s": float("nan") if measured is None else float(str(measured)),
+            "command": record["command"]}
+
+
 def published_row(record: dict[str, object]) -> dict[str, object]:
     """A prediction of a published result (``bench predict --published``): the row, both values, the error."""
     status = str(record.get("status") or "ok")
@@ -199,6 +216,8 @@ REQUIRED = {
                    "predicted_samples_per_s", "compute_source"),
     "published": ("published_id", "metric", "status"),
     "published ok": ("published_value", "predicted_value", "error"),
+    "plan": ("plan_rank", "label", "model", "preset", "device_count", "global_batch_size", "source",
+             "predicted_samples_per_s", "predicted_memory_bytes_per_device", "tie_with_best", "command"),
 }
 """The fields the report reads of each kind of record: a record without them is foreign or truncated."""
 
@@ -209,7 +228,7 @@ def _checked(path: Path, records: list[dict[str, object]]) -> list[dict[str, obj
         kind = _kind(record)
         if kind not in REQUIRED:
             raise RecordError(f"{path}: record {number} is of kind {kind!r}; this report reads run, verify, "
-                              "fidelity and prediction records")
+                              "fidelity, prediction and plan records")
         ok = record.get("status") == "ok"
         wanted = [*REQUIRED[kind], *(REQUIRED[f"{kind} ok"] if ok and f"{kind} ok" in REQUIRED else ())]
         missing = [name for name in wanted if name not in record]

@@ -81,3 +81,18 @@ def test_bad_plan_input_is_one_line_and_exit_2(argv: list[str], message: str, tm
     assert code == 2
     assert err.startswith("bench plan: error: ") and message in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_the_report_shows_the_plan_with_its_command_and_its_csv(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.jsonl"
+    assert main(["plan", "--hardware", "h200", "--model", "mlp", "--preset", "small", "--devices", "8", "--top", "2",
+                 "--out", str(out)]) == 0
+    first = records(out)[0]
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    plan = md.split("## Plan", 1)[1].split("\n## ", 1)[0]
+    assert "PREDICTED" in plan and f"`{first['command']}`" in plan
+    assert f"| 1 | {first['label']} |" in plan
+    csv = (tmp_path / "report" / "plan.csv").read_text().splitlines()
+    assert len(csv) == 3 and csv[0].startswith("model,devices,global_batch,source,rank,configuration")
