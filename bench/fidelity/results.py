@@ -103,7 +103,7 @@ def alternate(sides: Sequence[T], rounds: int) -> list[tuple[T, ...]]:
 
 
 Interval = tuple[float, float]
-"""A 95% percentile-bootstrap interval (reports/stats.py) of a figure, over the rounds that made it."""
+"""A 95% percentile-bootstrap interval (bench/stats.py) of a figure, over the rounds that made it."""
 
 
 def pooled_ratio(
