@@ -11,6 +11,10 @@ from strategies.mesh import DIMS
 from strategies.options import FSDPOptions, MeshOptions, PipelineOptions, SplitOptions
 from strategies.precision import default_precision
 
+VERIFIED_CLASS = ("norm", "schedule", "microbatches", "precision", *DIMS)
+"""Beside strategy and model, what a ``bench verify`` verdict covers: a run differing in any of these was not
+checked by it (the mesh's degrees resolved for a strategy that reads them, None for the others)."""
+
 
 def variant(config: dict[str, object]) -> str:
     """A strategy with the options that set its sweep points apart: ``pp (1f1b, m=8)``, ``mp (m=4)``

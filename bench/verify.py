@@ -24,6 +24,7 @@ import models
 from bench.checkpoint import load_checkpoint
 from bench.cli_args import comma_list, fail
 from bench.config import ATOL, RTOL, RunConfig, checked_microbatches, resolve
+from bench.labels import VERIFIED_CLASS
 from bench.plan import run_key
 from bench.records import RECORD_VERSION, append_record, read_records
 from bench.sweep import run_child
@@ -67,9 +68,7 @@ MESH_MODELS = ("mlp", "transformer")
 10-20 s on 2 cores."""
 
 
-EQUIVALENCE_CLASS = ("norm", "schedule", "microbatches", "precision", *DIMS)
-"""With strategy and model, what a verdict covers: a sweep row differing in any of these was not checked
-(the degrees: hybrid's, resolved; None for other strategies)."""
+
 
 
 def checked_class(config: RunConfig) -> dict[str, object]:
@@ -78,7 +77,7 @@ def checked_class(config: RunConfig) -> dict[str, object]:
     if MeshOptions in strategy_class(config.strategy).reads:
         layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
         degrees = dict(zip(DIMS, layout.shape, strict=True))
-    return {**{name: getattr(config, name) for name in EQUIVALENCE_CLASS}, **degrees}
+    return {**{name: getattr(config, name) for name in VERIFIED_CLASS}, **degrees}
 
 
 def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[float, float, bool]:

@@ -6,18 +6,19 @@ import math
 
 import pandas as pd
 
+from bench.labels import VERIFIED_CLASS
 from bench.stats import with_interval
+from strategies import STRATEGIES
+from strategies.mesh import DIMS
+from strategies.options import MeshOptions
 
 VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
 REFERENCE = "reference"
 PASS_THROUGH = "not checked: pass-through on CPU"
 
 
-SPLITS_THE_BATCH = {"ddp", "hybrid", "dp"}
-"""Strategies whose devices see parts of the batch (with m > 1 micro-batches, mp and pp too)."""
-CLASS = ("norm", "schedule", "microbatches", "precision", "dp", "dp_shard", "pp", "tp")
-"""What a ``bench verify`` verdict covers beside strategy and model (bench/verify.py: EQUIVALENCE_CLASS); the
-degrees are hybrid's mesh (None elsewhere)."""
+REFERENCE_STRATEGY = next(name for name, cls in STRATEGIES.items() if cls.is_reference)
+"""What speed-ups are over and every strategy is verified against."""
 
 
 def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
@@ -44,17 +45,20 @@ NORMALISED = {"cnn"}
 ignores ``--norm``)."""
 
 
-MESH_DEGREES = ("dp", "dp_shard", "pp", "tp")
-"""The class's degrees, hybrid's only (the tp strategy records a ``tp`` of its own, its --devices)."""
+def _reads_a_mesh(strategy: str) -> bool:
+    """Whether the class's degrees are the strategy's mesh (the tp strategy records a ``tp`` of its own, its
+    --devices, which is not a mesh degree)."""
+    cls = STRATEGIES.get(strategy)
+    return cls is not None and MeshOptions in cls.reads
 
 
 def _class_key(row: dict) -> tuple:
     def part(c: str) -> object:
         ignored = ((c == "norm" and row["model"] not in NORMALISED)
-                   or (c in MESH_DEGREES and row["strategy"] != "hybrid"))
+                   or (c in DIMS and not _reads_a_mesh(row["strategy"])))
         return None if ignored else _plain(row.get(c))
 
-    return (row["strategy"], row["model"], *(part(c) for c in CLASS))
+    return (row["strategy"], row["model"], *(part(c) for c in VERIFIED_CLASS))
 
 
 def _plain(value: object) -> object:
@@ -69,14 +73,15 @@ def ran_elsewhere(row: dict) -> bool:
 
 
 def _verified(row: dict, verdicts: dict[tuple, str]) -> str:
-    if row["strategy"] == "single":
+    cls = STRATEGIES.get(row["strategy"])
+    if cls is not None and cls.is_reference:
         return REFERENCE
-    if row["strategy"] == "dp" and row["accelerator"] != "cuda":
+    if cls is not None and cls.needs_gpus and row["accelerator"] != "cuda":
         return PASS_THROUGH
     verdict = verdicts.get(_class_key(row))
     if verdict is not None:
         return verdict
-    splits = (row["strategy"] in SPLITS_THE_BATCH and row["devices"] > 1) or (row.get("microbatches") or 1) > 1
+    splits = (cls is not None and cls.splits_the_batch and row["devices"] > 1) or (row.get("microbatches") or 1) > 1
     if row.get("norm") == "batch" and splits and row["model"] == "cnn":
         return "not exact: batch-split BatchNorm"
     return NOT_VERIFIED
@@ -103,7 +108,7 @@ def fastest(runs: pd.DataFrame) -> pd.DataFrame:
                      "samples_per_s": with_interval(best["samples_per_s"], best["samples_per_s_low"],
                                                     best["samples_per_s_high"], 1),
                      "speedup": with_interval(best["speedup"], best["speedup_low"], best["speedup_high"]),
-                     "baseline": best.get("baseline", "single"), "repeats": best["repeats"],
+                     "baseline": best.get("baseline", REFERENCE_STRATEGY), "repeats": best["repeats"],
                      "verified": best["verified"], "emulated": best["emulated"]})
     table = pd.DataFrame(rows)
     return table if _baseline_column(table) else table.drop(columns="baseline", errors="ignore")
@@ -144,7 +149,7 @@ def _verdict(ranked: pd.DataFrame) -> str:
 
 def _baseline_column(table: pd.DataFrame) -> list[str]:
     """``baseline`` where some row's speed-up is not over ``single`` (reports/scaling.py), else nothing."""
-    return ["baseline"] if "baseline" in table and (table["baseline"] != "single").any() else []
+    return ["baseline"] if "baseline" in table and (table["baseline"] != REFERENCE_STRATEGY).any() else []
 
 
 def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:

@@ -119,6 +119,11 @@ class Strategy(ABC):
     """Why ``--precision fp16`` cannot work with this strategy (after "--precision fp16 "); None where it can."""
     memory_tracking_refusal: ClassVar[str | None] = None
     """Why torch's MemTracker cannot follow this strategy's step (its memory by kind is then not recorded)."""
+    is_reference: ClassVar[bool] = False
+    """The strategy every other is checked against (``single``): reports call it the reference."""
+    splits_the_batch: ClassVar[bool] = False
+    """Each device sees its own part of the global batch (data parallelism), so BatchNorm's statistics differ
+    from one device's by construction; micro-batches split it too, whatever the strategy."""
     needs_gpus: ClassVar[bool] = False
     """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
 

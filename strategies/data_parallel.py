@@ -62,6 +62,7 @@ class DataParallelStrategy(Strategy):
     launch = Launch.IN_PROCESS
     description = "nn.DataParallel: one process, the batch scattered over N GPUs"
     needs_gpus = True  # on a CPU it can only pass through
+    splits_the_batch = True
     memory_tracking_refusal = "torch's MemTracker is not known to follow nn.DataParallel's replica threads"
     compile_refusal = (
         "nn.DataParallel copies the module into replicas every step, and each copy would call the original's "

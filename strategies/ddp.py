@@ -125,6 +125,7 @@ class DistributedDataParallelStrategy(Strategy):
     """DistributedDataParallel: a replica per process, gradients all-reduced during backward."""
 
     name = "ddp"
+    splits_the_batch = True
     launch = Launch.PER_DEVICE
     description = "DistributedDataParallel: one process per device (torchrun), gradients all-reduced"
     reads: ClassVar[tuple[type, ...]] = (BucketOptions, DDPOptions)

@@ -80,6 +80,7 @@ class FSDPStrategy(Strategy):
     """FSDP2: parameters, gradients and optimizer state sharded over the ranks, gathered block by block."""
 
     name = "fsdp"
+    splits_the_batch = True
     min_devices = 2  # sharded over one rank, nothing is sharded
     launch = Launch.PER_DEVICE
     description = "FSDP2 (fully_shard): one process per device; --no-reshard-after-forward for ZeRO-2"

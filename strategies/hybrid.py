@@ -75,6 +75,7 @@ class HybridStrategy(Strategy):
     """An N-D mesh: --dp replicas x --dp-shard FSDP ranks x a --pp-rank pipeline x --tp tensor-parallel ranks."""
 
     name = "hybrid"
+    splits_the_batch = True
     launch = Launch.PER_DEVICE
     min_devices = 4
     description = ("N-D DeviceMesh: --dp replicas x --dp-shard FSDP x --pp pipeline x --tp tensor parallel "

@@ -12,6 +12,7 @@ class SingleDevice(Strategy):
     """Plain training on one device: the baseline of every speed-up and every equivalence check."""
 
     name = "single"
+    is_reference = True
     launch = Launch.IN_PROCESS
     description = "whole model on one device (the reference)"
     max_devices = 1

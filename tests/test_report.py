@@ -165,12 +165,18 @@ def test_report_cli_refuses_another_record_version(tmp_path: Path, capsys: pytes
 
 def test_verified_means_the_class_verify_checked_and_says_why_otherwise(tmp_path: Path) -> None:
     rows = [*repeated("single", 1, 100.0), *repeated("ddp", 2, 180.0, model="cnn", norm="batch"),
+            *repeated("fsdp", 2, 170.0, model="cnn", norm="batch"),
+            *repeated("tp", 2, 150.0, model="cnn", norm="batch"),
             *repeated("dp", 2, 100.0), *repeated("pp", 2, 140.0, microbatches=8), *repeated("mp", 2, 90.0)]
     path = tmp_path / "v.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, *VERIFY]))
     results = load([path])
     runs = with_verification(with_scaling(results.runs)[0], results.verify).set_index("variant")
     assert runs.loc["ddp", "verified"] == "not exact: batch-split BatchNorm"  # cnn with BatchNorm, split batch
+    # The strategy says whether it splits the batch: fsdp shards it like ddp (a name list once left it out); tp's
+    # ranks each see the whole batch.
+    assert runs.loc["fsdp (ZeRO-3)", "verified"] == "not exact: batch-split BatchNorm"
+    assert runs.loc["tp", "verified"] == "not verified"
     assert runs.loc["dp", "verified"] == "not checked: pass-through on CPU"
     assert runs.loc["pp (gpipe, m=8)", "verified"] == "not verified"  # verify checked m=4, not 8
     assert runs.loc["mp (m=1)", "verified"] == "pass"
