@@ -9,6 +9,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -92,7 +93,7 @@ class RunConfig(FSDPOptions, DDPOptions, BucketOptions, MeshOptions, PipelineOpt
     """Everything that decides what a run computes and how it is measured: the harness's options and
     every strategy option group (strategies/options.py), flat, so that each field is one flag."""
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def group(self, cls: type[Group]) -> Group:
@@ -123,7 +124,8 @@ def unread_groups_reset(config: RunConfig) -> RunConfig:
     """``config`` with every option group its strategy does not read back at its defaults: what a
     sweep hands each strategy of its grid, so that --bucket-cap-mb reaches ddp and spares mp."""
     reads = (RunOptions, *strategy_class(config.strategy).reads)
-    defaults = {f.name: f.default for group in OPTION_GROUPS if group not in reads for f in dataclasses.fields(group)}
+    defaults: dict[str, Any] = {f.name: f.default for group in OPTION_GROUPS if group not in reads
+                                for f in dataclasses.fields(group)}
     return dataclasses.replace(config, **defaults)
 
 

@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 FOREIGN_SHARE_LIMIT = 0.2
 """Other processes' share of the machine's cores above which a timing is not this run's alone."""
@@ -109,7 +110,7 @@ class Verdict:
     gpu_tenants: int | None = 0
     """Other processes computing on the run's GPUs; None where that could not be seen (``gpu_tenants``)."""
 
-    def record_fields(self, loads: Sequence[RankLoad]) -> dict[str, object]:
+    def record_fields(self, loads: Sequence[RankLoad]) -> dict[str, Any]:
         return {
             "disturbed": self.disturbed,
             "disturbed_reason": self.reason,

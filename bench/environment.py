@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ def _gpu_topology() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def environment() -> dict[str, object]:
+def environment() -> dict[str, Any]:
     """Versions, devices and code revision of this machine, as recorded with every run."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     commit = _git("rev-parse", "HEAD")

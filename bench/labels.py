@@ -5,6 +5,7 @@ Both ``bench`` and ``reports`` label runs; this is the one module that says how.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from strategies import STRATEGIES
 from strategies.mesh import DIMS
@@ -16,7 +17,7 @@ VERIFIED_CLASS = ("norm", "schedule", "microbatches", "precision", *DIMS)
 checked by it (the mesh's degrees resolved for a strategy that reads them, None for the others)."""
 
 
-def variant(config: dict[str, object]) -> str:
+def variant(config: dict[str, Any]) -> str:
     """A strategy with the options that set its sweep points apart: ``pp (1f1b, m=8)``, ``mp (m=4)``
     (the report's "variant" column)."""
     name = str(config["strategy"])
@@ -38,7 +39,7 @@ def variant(config: dict[str, object]) -> str:
     return f"{name} ({', '.join(shown)})" if shown else name
 
 
-def knob_labels(config: dict[str, object]) -> list[str]:
+def knob_labels(config: dict[str, Any]) -> list[str]:
     """The training knobs a run used beyond its machine's defaults: ``bf16`` on a CPU, ``compiled``."""
     cuda = config.get("accelerator") == "cuda"
     labels = []
@@ -53,7 +54,7 @@ def knob_labels(config: dict[str, object]) -> list[str]:
     return labels
 
 
-def run_label(config: dict[str, object]) -> str:
+def run_label(config: dict[str, Any]) -> str:
     """A whole configuration in a few words, for progress lines and log names:
     ``pp (gpipe, m=4) mlp x2 b64 #2`` (batch 64, the second repeat)."""
     repeat = int(config.get("repeat") or 0) + 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,7 +46,7 @@ class MemoryByKind:
     """
 
     def __init__(self, refusal: str | None = None) -> None:
-        self.peaks: list[dict[str, object]] | None = None
+        self.peaks: list[dict[str, Any]] | None = None
         self.error: str | None = refusal
         """Why nothing is tracked (the strategy's refusal, or a torch without the tracker), else None."""
 

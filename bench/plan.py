@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from bench.config import RunConfig, resolve, unread_groups_reset
 from bench.labels import run_label
@@ -51,7 +52,7 @@ class PlannedRun:
         return run_label(self.config.as_dict())
 
 
-def run_key(config: dict[str, object]) -> str:
+def run_key(config: dict[str, Any]) -> str:
     """What identifies a configuration across runs of a sweep: the whole config but the output file."""
     return json.dumps({k: v for k, v in sorted(config.items()) if k != "out"})
 
@@ -71,9 +72,10 @@ def plan(sweep: SweepConfig) -> list[PlannedRun]:
         for devices in fits:
             axes = _axes(sweep, cls)
             for values in itertools.product(*axes.values()):
+                point: dict[str, Any] = dict(zip(axes, values, strict=True))
                 config = dataclasses.replace(
                     sweep.base, strategy=strategy, model=model, devices=devices, scaling=sweep.scaling,
-                    batch_size=_global_batch(sweep, model, devices), **dict(zip(axes, values, strict=True)),
+                    batch_size=_global_batch(sweep, model, devices), **point,
                 )
                 grid.append(_checked(unread_groups_reset(config), cls.needs_gpus))
     grid += _baselines(sweep, grid)
@@ -116,7 +118,7 @@ def _axes(sweep: SweepConfig, cls: type[Strategy]) -> dict[str, tuple[object, ..
 
 
 def _global_batch(sweep: SweepConfig, model: str, devices: int) -> int:
-    per_step = sweep.base.batch_size or resolve(dataclasses.replace(sweep.base, model=model)).batch_size
+    per_step = sweep.base.batch_size or resolve(dataclasses.replace(sweep.base, model=model)).global_batch
     return per_step * devices if sweep.scaling == "weak" else per_step
 
 

@@ -13,6 +13,7 @@ import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.config import RunConfig
 from bench.devices import peak_flops_per_s
@@ -29,7 +30,7 @@ class RecordError(ValueError):
     """A results file that cannot be read as records of this version; the message is one line."""
 
 
-def append_record(path: str | Path, record: dict[str, object]) -> None:
+def append_record(path: str | Path, record: dict[str, Any]) -> None:
     """Appends ``record`` as one line with a single ``write`` on an ``O_APPEND`` descriptor.
 
     One write of one line under an exclusive lock means a crash leaves either the whole line
@@ -63,7 +64,7 @@ class BadLine:
     reason: str
 
 
-def read_records(path: str | Path) -> tuple[list[dict[str, object]], list[BadLine]]:
+def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[BadLine]]:
     """All readable records of ``path`` and, separately, each unreadable line with its number.
 
     Raises RecordError only when the file itself cannot be read, or holds records of another
@@ -74,7 +75,7 @@ def read_records(path: str | Path) -> tuple[list[dict[str, object]], list[BadLin
         text = path.read_text()
     except OSError as exc:
         raise RecordError(f"cannot read results file {path}: {exc.strerror}") from None
-    records: list[dict[str, object]] = []
+    records: list[dict[str, Any]] = []
     bad: list[BadLine] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -96,7 +97,7 @@ def read_records(path: str | Path) -> tuple[list[dict[str, object]], list[BadLin
     return records, bad
 
 
-def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -> dict[str, object]:
+def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> dict[str, Any]:
     """The record of a finished run, from every rank's figures."""
     topo = result.topology
     times_ms = step_times_ms(result.ranks)
@@ -158,7 +159,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, object]) -
     }
 
 
-def _memory_by_kind(result: RunResult) -> dict[str, object]:
+def _memory_by_kind(result: RunResult) -> dict[str, Any]:
     """Every rank's peak bytes by kind over its first warm-up step (bench/memory.py), in rank order."""
     tracked = [{"rank": r.rank, **device} for r in result.ranks for device in (r.memory_by_kind or [])]
     errors = sorted({r.memory_error for r in result.ranks if r.memory_error})
@@ -167,7 +168,7 @@ def _memory_by_kind(result: RunResult) -> dict[str, object]:
     return {"memory_by_kind": tracked or None, "memory_by_kind_source": source}
 
 
-def _machine_account(result: RunResult) -> dict[str, object]:
+def _machine_account(result: RunResult) -> dict[str, Any]:
     """``disturbed`` and its reason, and what the ranks saw of the machine (bench/disturbance.py)."""
     loads = [r.load for r in result.ranks if r.load is not None]
     cuda = result.topology.devices[0].type == "cuda"
@@ -179,10 +180,10 @@ def failure_record(
     config: RunConfig,
     status: str,
     reason: str,
-    env: dict[str, object],
+    env: dict[str, Any],
     duration_s: float = 0.0,
     peak_mem: tuple[list[int], str] | None = None,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The row of a configuration that measured nothing: ``skipped``, ``failed``, ``timeout`` or ``oom``."""
     row = {
         "record_version": RECORD_VERSION,

@@ -52,7 +52,7 @@ class RankStats:
     """What this rank's strategy measured beyond step times (``Strategy.rank_fields``: its own type)."""
     load: RankLoad | None = None
     """What this rank saw of the machine over its timed steps (bench/disturbance.py)."""
-    memory_by_kind: list[dict[str, object]] | None = None
+    memory_by_kind: list[dict[str, Any]] | None = None
     """Peak bytes by kind on each of this rank's devices over its first warm-up step (bench/memory.py)."""
     memory_error: str | None = None
     trace: str | None = None
@@ -67,7 +67,7 @@ class RunResult:
     topology: Topology
     ranks: list[RankStats]
     flops_per_sample: int | None
-    strategy_fields: dict[str, object]
+    strategy_fields: dict[str, Any]
     model_state: dict[str, torch.Tensor] | None = None
     """This process's part of the trained model, strategy-free and on the CPU (when asked for)."""
 

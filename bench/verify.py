@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -41,7 +42,7 @@ def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
                      channels_last=False)
 
 
-def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path, **options: int) -> RunConfig:
+def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path, **options: Any) -> RunConfig:
     microbatches = options.pop("microbatches", checked_microbatches(strategy))
     name = "-".join([strategy, reference.model, str(devices), *(f"{k}{v}" for k, v in options.items())])
     return dataclasses.replace(reference, strategy=strategy, devices=devices, microbatches=microbatches,
@@ -71,7 +72,7 @@ MESH_MODELS = ("mlp", "transformer")
 
 
 
-def checked_class(config: RunConfig) -> dict[str, object]:
+def checked_class(config: RunConfig) -> dict[str, Any]:
     """The settings of the run a verdict was reached on, written into its row for the report to match."""
     degrees: dict[str, int | None] = dict.fromkeys(DIMS)
     if MeshOptions in strategy_class(config.strategy).reads:
@@ -107,11 +108,11 @@ def candidates(strategy: str, model: str, devices: int) -> list[tuple[int, dict[
 
 
 def check(want: RunConfig, strategy: str, devices: int, options: dict[str, int], folder: Path,
-          timeout_s: float, skipped: str | None = None) -> dict[str, object]:
+          timeout_s: float, skipped: str | None = None) -> dict[str, Any]:
     """Runs one candidate and compares it with the reference ``want`` (already run): the row's verdict fields.
     A candidate the configuration refuses, or one ``skipped`` says why not to run, is a skipped row."""
     degrees = {k: v for k, v in options.items() if k != "microbatches"}
-    row: dict[str, object] = {"devices": devices, **degrees}
+    row: dict[str, Any] = {"devices": devices, **degrees}
     try:
         got = resolve(candidate(want, strategy, devices, folder, **options))
     except ConfigError as exc:
@@ -132,7 +133,7 @@ def check(want: RunConfig, strategy: str, devices: int, options: dict[str, int],
 
 
 def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: int, steps: int,
-           timeout_s: float, done: Callable[[dict[str, object]], None] = lambda row: None) -> list[dict[str, object]]:
+           timeout_s: float, done: Callable[[dict[str, Any]], None] = lambda row: None) -> list[dict[str, Any]]:
     """One verify row per strategy and model, and per hybrid mesh (skipped ones carry the reason); ``done``
     receives each row as it ends, so that a run cut short keeps the rows it finished."""
     plan = [(model, strategy, *run) for model in model_names for strategy in strategies
@@ -150,7 +151,7 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
                 bar.update()
             want, reference_run = references[model]
             bar.set_postfix_str(f"{strategy} {model} x{size}")
-            row: dict[str, object] = {
+            row: dict[str, Any] = {
                 "record_version": RECORD_VERSION, "kind": "verify", "strategy": strategy, "model": model,
                 "devices": size, "max_param_diff": None, "max_loss_diff": None, "passed": False}
             rows.append(row)
@@ -164,7 +165,7 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
     return rows
 
 
-def row_label(row: dict[str, object]) -> str:
+def row_label(row: dict[str, Any]) -> str:
     """``hybrid (dp-shard 2 x tp 2)``: the strategy, and hybrid's degrees of more than one rank."""
     degrees = [f"{name.replace('_', '-')} {row[name]}" for name in DIMS
                if isinstance(row.get(name), int) and row[name] > 1]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import pandas as pd
 import torch
@@ -49,7 +50,7 @@ def largest_presets(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([r for r in rows if r is not None])
 
 
-def _row(run: dict) -> dict[str, object] | None:
+def _row(run: dict) -> dict[str, Any] | None:
     measured_params, measured_saved = preset_sizes(run["model"], run["preset"])
     state = sum(_value(run, f"mem_{kind}_mib") for kind in STATE_KINDS) * 2**20
     # Activations are tracked at their own peak (the forward's end), which the step's total may not include.
@@ -57,7 +58,7 @@ def _row(run: dict) -> dict[str, object] | None:
     if measured_params == 0 or measured_saved == 0:
         return None
     per_parameter = state / measured_params
-    row: dict[str, object] = {
+    row: dict[str, Any] = {
         "panel": run["panel"], "devices": run["devices"], "variant": run["variant"],
         "global_batch": run["global_batch"], "state bytes per parameter": round(per_parameter, 2),
         "other MiB per sample": _significant(rest / run["global_batch"] / 2**20),

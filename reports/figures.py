@@ -5,6 +5,7 @@ Each section draws its own figures (reports/sections/); this module only keeps t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -98,7 +99,7 @@ def finish(fig: plt.Figure, title: str, data: pd.DataFrame, path: Path, flags: p
 
 def legend_outside(fig: plt.Figure, axes: list[Axes], title: str) -> None:
     """One legend for the row, right of the last panel, its entries deduplicated."""
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)

@@ -7,6 +7,7 @@ import logging
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -24,7 +25,7 @@ class Results:
     runs: pd.DataFrame
     failures: pd.DataFrame
     verify: pd.DataFrame
-    records: list[dict[str, object]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
     bad_lines: list[tuple[Path, BadLine]] = field(default_factory=list)
     fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)
     """One row per ``bench fidelity`` comparison (``fidelity_row``)."""
@@ -40,18 +41,18 @@ class Results:
         return bool(len(self.runs)) and bool(self.runs["emulated"].any())
 
 
-def variant(record: dict[str, object]) -> str:
+def variant(record: dict[str, Any]) -> str:
     """The strategy and the options that tell its sweep points apart: ``pp (1f1b, m=8)``."""
     return labels.variant({**(record.get("config") or {}), "strategy": record["strategy"]})
 
 
-def run_label(record: dict[str, object]) -> str:
+def run_label(record: dict[str, Any]) -> str:
     """The sweep's label of the run a record holds: ``pp (gpipe, m=4) mlp x2 b64 #1``."""
     return labels.run_label({**(record.get("config") or {}), "strategy": record["strategy"], "model": record["model"],
                              "devices": record["device_count"], "batch_size": record["global_batch_size"]})
 
 
-def run_row(record: dict[str, object]) -> dict[str, object]:
+def run_row(record: dict[str, Any]) -> dict[str, Any]:
     config = record["config"]
     median, iqr, batch = record["step_time_ms_median"], record["step_time_ms_iqr"], record["global_batch_size"]
     times = record.get("step_times_ms") or [median]
@@ -154,14 +155,14 @@ def load(paths: list[Path]) -> Results:
                    predictions=predictions, published=published, plans=plans)
 
 
-def _kind(record: dict[str, object]) -> str:
+def _kind(record: dict[str, Any]) -> str:
     """The record's kind as the report reads it: a prediction held against a published result (it names the
     ``published_id``) is read apart from a what-if prediction, though both are written as ``prediction``."""
     kind = str(record.get("kind", "run"))
     return "published" if kind == "prediction" and "published_id" in record else kind
 
 
-def prediction_row(record: dict[str, object]) -> dict[str, object]:
+def prediction_row(record: dict[str, Any]) -> dict[str, Any]:
     """A ``bench predict`` record as a report row; its figures keep the word predicted."""
     memory = record.get("predicted_memory_by_kind") or {}
     devices = record["device_count"]
@@ -184,7 +185,7 @@ def prediction_row(record: dict[str, object]) -> dict[str, object]:
             "compute from": record["compute_source"]}
 
 
-def plan_row(record: dict[str, object]) -> dict[str, object]:
+def plan_row(record: dict[str, Any]) -> dict[str, Any]:
     """A ``bench plan`` candidate as a report row: its rank, PREDICTED figures, measured ones where it ran."""
     measured = record.get("measured_samples_per_s")
     return {"model": f"{record['model']}/{record['preset']}", "devices": record["device_count"],
@@ -198,7 +199,7 @@ def plan_row(record: dict[str, object]) -> dict[str, object]:
             "command": record["command"]}
 
 
-def published_row(record: dict[str, object]) -> dict[str, object]:
+def published_row(record: dict[str, Any]) -> dict[str, Any]:
     """A prediction of a published result (``bench predict --published``): the row, both values, the error."""
     status = str(record.get("status") or "ok")
     return {"published_id": record["published_id"], "metric": record["metric"], "status": status,
@@ -222,7 +223,7 @@ REQUIRED = {
 """The fields the report reads of each kind of record: a record without them is foreign or truncated."""
 
 
-def _checked(path: Path, records: list[dict[str, object]]) -> list[dict[str, object]]:
+def _checked(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``records`` as they are, once each has what the report reads; else RecordError naming the first gap."""
     for number, record in enumerate(records, start=1):
         kind = _kind(record)
@@ -238,7 +239,7 @@ def _checked(path: Path, records: list[dict[str, object]]) -> list[dict[str, obj
     return records
 
 
-def fidelity_row(record: dict[str, object]) -> dict[str, object]:
+def fidelity_row(record: dict[str, Any]) -> dict[str, Any]:
     """A ``bench fidelity`` record as a report row: what was compared, the figure it measured, the target."""
     met = record.get("met")
     return {
@@ -257,7 +258,7 @@ def fidelity_row(record: dict[str, object]) -> dict[str, object]:
     }
 
 
-def _unsettled(record: dict[str, object]) -> str:
+def _unsettled(record: dict[str, Any]) -> str:
     """What a verdict whose interval crosses its target's bound adds: the rounds did not decide it."""
     return " (not settled: its interval crosses the target)" if record.get("settled") is False else ""
 
@@ -267,14 +268,14 @@ _OLDER_FIGURES = ("ratio", "speedup", "share_of_ideal", "measured_bubble_fractio
                   "suite_ms", "baseline_ms")
 
 
-def _fidelity_figure(record: dict[str, object]) -> str:
+def _fidelity_figure(record: dict[str, Any]) -> str:
     """The measured figure as ``bench fidelity`` wrote it, or an older record's figures by name."""
     if "figure" in record:
         return str(record["figure"])
     return ", ".join(f"{name} {record[name]:.3g}" for name in _OLDER_FIGURES if record.get(name) is not None)
 
 
-def _machine(record: dict[str, object]) -> str:
+def _machine(record: dict[str, Any]) -> str:
     """Host and accelerator: ``vm, cpu (AMD EPYC, 2 cores)`` or ``node1, cuda (2 x NVIDIA H200)``."""
     env = record.get("env") or {}
     gpus = env.get("gpu_names") or []
@@ -285,11 +286,11 @@ def _machine(record: dict[str, object]) -> str:
     return f"{env.get('hostname', 'unknown host')}, {record['accelerator']} ({what})"
 
 
-def _frame(rows: list[dict[str, object]]) -> pd.DataFrame:
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _benchmark_json(path: Path) -> list[dict[str, object]]:
+def _benchmark_json(path: Path) -> list[dict[str, Any]]:
     """Run records carried in a pytest-benchmark JSON file (``extra_info['record']`` of each benchmark)."""
     try:
         data = json.loads(path.read_text())

@@ -9,6 +9,8 @@ than the repeats' own stray cannot be told from the measurement's noise.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from reports.tables import WRONG
@@ -51,8 +53,8 @@ def error_by_devices(errors: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([_summary(name, group) for name, group in [*groups, ("all", data)]])
 
 
-def _summary(devices: str, group: pd.DataFrame) -> dict[str, object]:
-    row: dict[str, object] = {"devices": devices, "configurations": len(group),
+def _summary(devices: str, group: pd.DataFrame) -> dict[str, Any]:
+    row: dict[str, Any] = {"devices": devices, "configurations": len(group),
                               "median |error|": group["abs_error"].median(), "max |error|": group["abs_error"].max()}
     if "repeats stray" in group:  # the measurement's own noise, the floor an error is read against
         row["median repeats stray"] = group["repeats stray"].median()
@@ -77,7 +79,7 @@ def ranking(runs: pd.DataFrame, fastest: pd.DataFrame) -> pd.DataFrame:
 
 
 def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measured: str,
-               winners: tuple[str, ...]) -> dict[str, object]:
+               winners: tuple[str, ...]) -> dict[str, Any]:
     predicted_best = group.sort_values("predicted_step_time_ms").iloc[0]["variant"]
     # Spearman's: Pearson's over the ranks (pandas' method="spearman" needs scipy, which the GPU machines lack).
     correlation = group["predicted_step_time_ms"].rank().corr(group["step_time_ms"].rank())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 
-def timeline_events(timeline: list[dict[str, object]]) -> dict[str, object]:
+def timeline_events(timeline: list[dict[str, Any]]) -> dict[str, Any]:
     """A pipeline step's spans (strategies/timing.py) as trace events: one track per rank and stage, each
     span named by its kind and micro-batch (``F3``: the forward of micro-batch 3)."""
     names = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weight)"}
-    events: list[dict[str, object]] = []
+    events: list[dict[str, Any]] = []
     for rank in sorted({int(s["rank"]) for s in timeline}):
         events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
     for span in timeline:
@@ -23,7 +24,7 @@ def timeline_events(timeline: list[dict[str, object]]) -> dict[str, object]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_timeline_trace(timeline: list[dict[str, object]], path: Path) -> Path:
+def write_timeline_trace(timeline: list[dict[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(timeline_events(timeline)))
     return path

@@ -195,7 +195,7 @@ class Strategy(ABC):
         rank's reaches ``record_fields`` on the reporting rank, so it must be picklable."""
         return None
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[Any]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[Any]) -> dict[str, Any]:
         """Strategy-specific knobs and figures for the record's ``strategy_fields``, from every
         rank's ``rank_fields`` (in rank order). Default: none."""
         return {}

@@ -14,6 +14,8 @@ keeps plain gradients and averages them with ``ReplicaAverager`` after the sched
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
@@ -86,7 +88,7 @@ def check_fsdp_schedule(pipeline: PipelineOptions, layout: MeshLayout) -> None:
 
 def comparison_parts(
     run: RunOptions, split: SplitOptions, pipeline: PipelineOptions, layout: MeshLayout
-) -> dict[str, dict[str, object]]:
+) -> dict[str, dict[str, Any]]:
     """The runs whose efficiencies the hybrid's is held against (reports/tables.py reads these), each
     at the hybrid's per-device batch: ddp on D devices, and pp on P devices (one replica's pipeline,
     fed one replica's batch) with the same schedule and micro-batches. Only for pure dp x pp: the

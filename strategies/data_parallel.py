@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -124,7 +125,7 @@ class DataParallelStrategy(Strategy):
             scatter_chunk_sizes=chunk_sizes(self.run.global_batch, self.run.devices),
         )
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[DataParallelFields]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[DataParallelFields]) -> dict[str, Any]:
         return dataclasses.asdict(per_rank[0])
 
 

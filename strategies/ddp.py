@@ -20,7 +20,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -165,7 +165,7 @@ class DistributedDataParallelStrategy(Strategy):
     def rank_fields(self, model: nn.Module, topo: Topology) -> DDPRankFields:
         return DDPRankFields(backend(), self.run.global_batch // self.run.devices)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[DDPRankFields]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[DDPRankFields]) -> dict[str, Any]:
         return {
             "backend": per_rank[0].backend,
             "per_rank_batch_size": per_rank[0].per_rank_batch_size,

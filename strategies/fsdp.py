@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -112,7 +112,7 @@ class FSDPStrategy(Strategy):
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return full_state(model)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, Any]:
         return {
             "backend": backend(),
             "per_rank_batch_size": self.run.global_batch // self.run.devices,

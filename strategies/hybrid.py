@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -183,13 +183,13 @@ class HybridStrategy(Strategy):
             return HybridRankFields(pipeline, replica, [], 0)
         return HybridRankFields(pipeline, replica, averager.reduce_ms, averager.grad_bytes)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[HybridRankFields]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[HybridRankFields]) -> dict[str, Any]:
         """The mesh; with a pipeline, pp's figures combined over every rank (step time: the slowest
         rank's; stage busy times: medians over replicas; bubbles: one per rank); with pure dp x pp,
         the reduction's."""
         layout = self.layout
         batch = self.run.global_batch // layout.data_parallel
-        fields: dict[str, object] = {
+        fields: dict[str, Any] = {
             "dp": layout.dp,
             "dp_shard": layout.dp_shard,
             "pp": layout.pp,

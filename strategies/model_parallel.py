@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -176,7 +176,7 @@ class ModelParallelStrategy(Strategy):
         stages_by_device = [[s] for s in range(len(model.devices))]
         return ModelParallelRankFields(RankTiming.of(model.log, 0, stages_by_device), peak_memory(model.devices)[0])
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[ModelParallelRankFields]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[ModelParallelRankFields]) -> dict[str, Any]:
         assert isinstance(model, ModelParallel)
         n = len(model.devices)
         return {

@@ -221,7 +221,7 @@ def pipeline_rank_fields(part: PipelinePart, rank: int) -> PipelineRankFields:
 def pipeline_record_fields(
     split: SplitOptions, pipeline: PipelineOptions, balance: list[int], per_rank: Sequence[PipelineRankFields],
     ranks: int,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """pp's record figures for pipelines of ``ranks`` ranks, from every rank's ``PipelineRankFields``."""
     info = schedule_info(pipeline.schedule, available_schedules())
     return {
@@ -292,6 +292,6 @@ class PipelineStrategy(Strategy):
         assert isinstance(model, PipelinePart)
         return pipeline_rank_fields(model, topo.rank)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[PipelineRankFields]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[PipelineRankFields]) -> dict[str, Any]:
         assert isinstance(model, PipelinePart)
         return pipeline_record_fields(self.split, self.pipeline, model.balance, per_rank, len(per_rank))

@@ -21,7 +21,7 @@ foreach stays on, so nothing is given up for it (tests/test_tensor_parallel.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -93,6 +93,6 @@ class TensorParallelStrategy(Strategy):
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return full_state(model)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[object]) -> dict[str, Any]:
         return {"backend": backend(), "tp": self.run.devices,
                 "sharded_layers": len(self.plan.styles) if self.plan else 0}

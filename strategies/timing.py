@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -39,7 +40,7 @@ class Span:
     start_ms: float
     end_ms: float
 
-    def as_dict(self, rank: int) -> dict[str, object]:
+    def as_dict(self, rank: int) -> dict[str, Any]:
         return {"rank": rank, "stage": self.stage, "microbatch": self.microbatch, "kind": self.kind,
                 "start_ms": round(self.start_ms, 4), "end_ms": round(self.end_ms, 4)}
 
@@ -184,7 +185,7 @@ class RankTiming:
                    log.update_ms)
 
 
-def pipeline_fields(per_rank: Sequence[RankTiming]) -> dict[str, object]:
+def pipeline_fields(per_rank: Sequence[RankTiming]) -> dict[str, Any]:
     """Bubble, imbalance and timeline of the whole pipeline from every rank's ``RankTiming``.
 
     Per timed step, a device's bubble is 1 - (its stages' busy time) / (the schedule's time, the

@@ -11,6 +11,7 @@ the others. Its optimizer state is 1/N of DDP's; parameters and gradients stay w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,6 +37,6 @@ class ZeRO1Strategy(DistributedDataParallelStrategy):
     def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:
         return sharded_optimizer(model.parameters(), choice)
 
-    def record_fields(self, model: nn.Module, per_rank: Sequence[DDPRankFields]) -> dict[str, object]:
+    def record_fields(self, model: nn.Module, per_rank: Sequence[DDPRankFields]) -> dict[str, Any]:
         return {**super().record_fields(model, per_rank), "zero_stage": "ZeRO-1",
                 "optimizer": "torch.distributed.optim.ZeroRedundancyOptimizer"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from bench.fidelity.results import FigureAndLine, Interval, Setup, figure_text, interval_text, settled
 from bench.stats import bootstrap_interval
@@ -70,7 +71,7 @@ class BubbleCheck(FigureAndLine):
         headline = f"bubble {self.measured:.3f}{interval_text(self.interval)} vs theoretical {self.theoretical:.3f}"
         return figure_text(headline, f"difference {self.difference:+.3f}", target)
 
-    def record_fields(self) -> dict[str, object]:
+    def record_fields(self) -> dict[str, Any]:
         return {"comparison": "pp-bubble", "name": self.name, "measured_bubble_fraction": self.measured,
                 "theoretical_bubble_fraction": self.theoretical, "bubble_difference": self.difference,
                 "measured_bubble_interval": self.interval, "settled": self.settled,

@@ -12,6 +12,7 @@ import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -83,7 +84,7 @@ class Comparison(FigureAndLine):
         detail = f"suite {self.suite_ms:.2f} ms, baseline {self.baseline_ms:.2f} ms per step"
         return figure_text(f"ratio {self.ratio:.3f}{interval_text(self.interval)}", detail, target)
 
-    def record_fields(self) -> dict[str, object]:
+    def record_fields(self) -> dict[str, Any]:
         return {"comparison": self.comparison, "name": self.name, "ratio": self.ratio, "suite_ms": self.suite_ms,
                 "baseline_ms": self.baseline_ms, "ratio_interval": self.interval, "target": self.target,
                 "met": self.met, "settled": self.settled,

@@ -13,7 +13,7 @@ import logging
 import statistics
 import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -117,7 +117,7 @@ class PipelineSpeedup(FigureAndLine):
                     f"of the ideal {self.ideal:.2f}")
         return figure_text(headline, f"pp {self.pp_ms:.1f} ms, mp {self.mp_ms:.1f} ms per step", target)
 
-    def record_fields(self) -> dict[str, object]:
+    def record_fields(self) -> dict[str, Any]:
         predicted = self.predicted[-1].predicted_speedup if self.predicted else None
         return {"comparison": "pp-vs-mp", "name": self.name, "speedup": self.speedup, "ideal_speedup": self.ideal,
                 "share_of_ideal": self.share, "speedup_interval": self.interval,

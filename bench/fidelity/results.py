@@ -7,7 +7,7 @@ import datetime
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bench.config import RunConfig
 from bench.records import RECORD_VERSION
@@ -27,7 +27,7 @@ class Setup:
     accelerator: str
     global_batch_size: int
 
-    def record_fields(self) -> dict[str, object]:
+    def record_fields(self) -> dict[str, Any]:
         return {"model": self.model, "preset": self.preset, "device_count": self.devices,
                 "accelerator": self.accelerator, "global_batch_size": self.global_batch_size,
                 "emulated": is_emulated(self.accelerator, self.devices)}
@@ -63,7 +63,7 @@ class FidelityResult(Protocol):
         """What ``bench fidelity`` prints: name, figure and target."""
         ...
 
-    def record_fields(self) -> dict[str, object]:
+    def record_fields(self) -> dict[str, Any]:
         """The figures with their units in the field names, ``target``, ``met`` and the setup's fields."""
         ...
 
@@ -142,8 +142,8 @@ def settled(interval: Interval | None, low: float, high: float) -> bool | None:
 
 
 def fidelity_record(
-    result: FidelityResult, config: RunConfig, rounds: int, env: dict[str, object]
-) -> dict[str, object]:
+    result: FidelityResult, config: RunConfig, rounds: int, env: dict[str, Any]
+) -> dict[str, Any]:
     """The record of one comparison: its figures, target and verdict, what it ran on, and how often."""
     return {
         "record_version": RECORD_VERSION,

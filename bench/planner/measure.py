@@ -8,6 +8,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.config import RunConfig
 from bench.plan import PlannedRun, SweepConfig, run_key
@@ -59,7 +60,7 @@ def _samples_per_s(out: Path, config: RunConfig) -> list[float]:
     return found
 
 
-def _any_repeat(config: dict[str, object]) -> str:
+def _any_repeat(config: dict[str, Any]) -> str:
     return run_key({k: v for k, v in config.items() if k != "repeat"})
 
 

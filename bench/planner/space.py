@@ -63,7 +63,7 @@ def _mesh_axis(devices: int) -> list[dict[str, int | None]]:
     return meshes
 
 
-def _pipeline_axes(space: SearchSpace, pipelined: bool, reads_schedule: bool) -> list[dict[str, object]]:
+def _pipeline_axes(space: SearchSpace, pipelined: bool, reads_schedule: bool) -> list[dict[str, Any]]:
     """Micro-batches, schedule and stages per rank, only where a pipeline makes them mean something."""
     if not pipelined:
         return [{"microbatches": 1}]

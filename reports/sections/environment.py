@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from reports.context import Context
@@ -11,7 +13,7 @@ VERSIONS = ("cudnn", "nccl")
 """Library versions recorded as integers (cuDNN 9.24.0 is 92400): shown as text, never as "92,400"."""
 
 
-def rows(records: list[dict]) -> list[dict[str, object]]:
+def rows(records: list[dict]) -> list[dict[str, Any]]:
     """One row per host, torch and GPU set; records without an ``env`` (verify, predictions) add none."""
     envs: dict[tuple, dict] = {}
     for record in records:

@@ -3,13 +3,15 @@ published, the median and largest |error|, and every row the suite could not exp
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from reports.context import Context
 from reports.render import Section
 
 
-def summary(published: pd.DataFrame) -> dict[str, object]:
+def summary(published: pd.DataFrame) -> dict[str, Any]:
     """Rows checked and skipped, median and largest |error| over the checked ones (None without any)."""
     checked = published[published["status"] == "ok"]
     errors = checked["error"].astype(float).abs()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -17,7 +18,7 @@ LEFT_OUT_OF_COMMANDS = {"out", "repeat", "profile", "save_checkpoint", "load_che
 """Config fields that say where a run wrote or which repeat it was, not what it ran."""
 
 
-def command(config: dict[str, object]) -> str:
+def command(config: dict[str, Any]) -> str:
     """The ``bench run`` that runs ``config`` again: every field that differs from RunConfig's default."""
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     always = ("strategy", "model", "preset", "devices", "batch_size")
@@ -91,7 +92,7 @@ def verdict_lines(ctx: Context) -> list[str]:
     return lines
 
 
-def _config(row: pd.Series) -> dict[str, object]:
+def _config(row: pd.Series) -> dict[str, Any]:
     return dict(row["config"]) if isinstance(row.get("config"), dict) else {}
 
 
