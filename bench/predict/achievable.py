@@ -41,6 +41,11 @@ to train.csv tt-l31-8b-fsdp8-h100-bf16-mem and tt-l31-8b-fsdp128-h100-bf16-mem."
 INPUT_IMAGES_PER_S_PER_NODE = 16_621.0
 """The most images/s one node's input pipeline (DALI decode and augment, DeepLearningExamples) feeds:
 fitted to train.csv dle-rn50-a100-8-amp, the one row where compute alone predicts more."""
+ELEMENTWISE_PASSES = 8
+"""Times a normalisation's or activation's output crosses HBM in a step: written and read forward (2),
+read twice and its gradient written and read backward (4), BatchNorm's statistics pass over it again (2)."""
+ELEMENTWISE = (torch.nn.BatchNorm2d, torch.nn.GroupNorm, torch.nn.LayerNorm, torch.nn.ReLU, torch.nn.GELU)
+"""The memory-bound modules whose outputs ``ELEMENTWISE_PASSES`` counts."""
 BYTES = {"tf32": 4, "amp-fp16": 2, "bf16": 2, "bf16-pure": 2}
 
 
@@ -158,8 +163,7 @@ def resnet_counts(block: str, layers: tuple[int, ...], groups: int, width: int, 
         def count(_module: torch.nn.Module, _inputs: object, output: torch.Tensor) -> None:
             outputs.append(output.numel())
 
-        hooks = [m.register_forward_hook(count) for m in blocks.modules()
-                 if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.ReLU))]
+        hooks = [m.register_forward_hook(count) for m in blocks.modules() if isinstance(m, ELEMENTWISE)]
         counter = FlopCounterMode(display=False)
         with counter:
             blocks(torch.empty(2, 3, image, image))
@@ -181,7 +185,8 @@ def resnet_step(dims: dict[str, str], mesh: Mesh, gpu: Gpu) -> StepEstimate:
     precision = _compute_precision(mesh.precision)
     share = shares.convolution_tf32 if precision == "tf32" else shares.convolution
     conv_s = 3 * flops * mesh.micro_batch / (gpu.peak_flops[precision] * share)
-    elementwise_s = elements * BYTES[mesh.precision] * 2 * 4 * mesh.micro_batch / (gpu.hbm_bytes_per_s * shares.hbm)
+    elementwise_s = elements * BYTES[mesh.precision] * ELEMENTWISE_PASSES * mesh.micro_batch / (
+        gpu.hbm_bytes_per_s * shares.hbm)
     compute = conv_s + elementwise_s
     last_bucket = collective_seconds("all_reduce", 25 * 2**20, mesh.dp, mesh.gpus_per_node, gpu.nvlink, None)
     optimizer_s = parameters * 20 / (gpu.hbm_bytes_per_s * shares.hbm)  # SGD momentum: 3 reads, 2 writes, fp32

@@ -1,6 +1,6 @@
 """GPU and fabric profiles: data-sheet figures, and the few achievable shares fitted to published results.
 
-Every constant names its source. "train.csv" is tests/data/published/train.csv (a copy of
+Every constant names its source. "train.csv" is bench/predict/data/train.csv (a copy of
 ../shared/published/train.csv, rows named by ``id``); a share fitted there says which rows it was read
 from. Nothing here is keyed on a model, a row or an ``id``.
 """

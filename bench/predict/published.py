@@ -1,7 +1,7 @@
 """``bench predict --published FILE``: every row of a file of published GPU results, predicted and compared.
 
 A row names a model by its dimensions, a GPU part, a mesh and a batch (columns in
-../shared/published/README.md; a copy with its source lines is tests/data/published/). Each row gives one
+../shared/published/README.md; a copy with its source lines is bench/predict/data/). Each row gives one
 record of kind ``prediction``: ``published_value``, ``predicted_value`` and ``error`` (predicted /
 published - 1), or ``status: "skipped"`` with the reason where the suite cannot express the row. Nothing
 is keyed on ``id``: it is only carried into the record as ``published_id``.
