@@ -15,14 +15,14 @@ TB = 1e12
 GIB = 2**30
 
 # NVLink 4 + NVSwitch, 8 x H100: nccl-tests all_reduce_perf busbw 383 GB/s at 128 MB, 465 at 1 GB, 474-477 at
-# 4 GB (NVIDIA/nccl-tests issue 290, in ../shared/published/README.md). 480 GB/s and a half-bandwidth chunk of
-# 4 MB (the per-GPU chunk, S/8) put the three points within 1%.
-NVLINK4 = Link("NVLink4/NVSwitch (8 x H100/H200)", 480 * GB, 4e6, 2e-6,
+# 4 GB (NVIDIA/nccl-tests issue 290, in ../shared/published/README.md). 480 GB/s, a half-bandwidth chunk of
+# 3 MB (the per-GPU chunk, S/8) and 2 us a ring hop put the three points within 1% (tests/test_nccl.py).
+NVLINK4 = Link("NVLink4/NVSwitch (8 x H100/H200)", 480 * GB, 3e6, 2e-6,
                "nccl-tests issue 290: 8 x H100 all_reduce busbw 383/465/476 GB/s at 128 MB/1 GB/4 GB")
 # NVLink 3, 8 x A100: 600 GB/s bidirectional per GPU (A100 data sheet), 300 one way; the same achievable share
 # of the one-way figure as NVLink 4's ring without in-switch reduction (~370 of 450 GB/s: NCCL's published
 # H100 ring figures are 0.8 of it) gives 240 GB/s. No A100 nccl-tests figure is in the published README.
-NVLINK3 = Link("NVLink3/NVSwitch (8 x A100)", 240 * GB, 4e6, 2e-6,
+NVLINK3 = Link("NVLink3/NVSwitch (8 x A100)", 240 * GB, 3e6, 2e-6,
                "A100 data sheet 600 GB/s bidirectional; 0.8 of one way as NVLink4's ring achieves")
 # InfiniBand NDR 400 Gb/s per GPU: 50 GB/s line rate; NCCL's maintainers expect 46-48 GB/s per NIC
 # (nccl-tests issue 290). The published 2-node figures (156 GB/s busbw default, 90 ring) are below what
