@@ -80,3 +80,17 @@ def test_pipeline_neighbours_on_two_nodes_pay_the_network_at_the_boundary_betwee
     # The broken variant (4fcc3e2): every neighbour priced as ranks 0 and 1 of one node.
     source.transfer_ms = lambda size, sender, receiver: p2p_seconds(size, 0, 1, 8, hw.gpu.nvlink, hw.network) * 1e3
     assert predict_step(source, scenario, 1).step_ms < with_network
+
+
+def test_memory_is_in_the_runs_precision_bf16_gathers_and_activations_half_of_fp32s() -> None:
+    from bench.predict.memory import predict_memory
+
+    scenario = Scenario("fsdp", 8, 64)
+    by_precision = {}
+    for precision in ("bf16", "fp32"):
+        source = RooflineSource(profile("h200", (8,)), "transformer", "small", "batch", precision)
+        by_precision[precision] = predict_memory(source.blocks(1), scenario, 2, None, source.compute_bytes)
+    bf16, fp32 = by_precision["bf16"], by_precision["fp32"]
+    assert bf16["gathered_parameters"] * 2 == pytest.approx(fp32["gathered_parameters"], rel=1e-6)
+    assert bf16["activations"] * 2 == pytest.approx(fp32["activations"], rel=1e-6)
+    assert bf16["optimizer_state"] == fp32["optimizer_state"]  # fp32 master state either way

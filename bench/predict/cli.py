@@ -244,7 +244,8 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
         stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
                               scenario.global_batch / replicas / scenario.microbatches)
     memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
-                            optimizer_states(config.optimizer), stages)
+                            optimizer_states(config.optimizer), stages,
+                            getattr(calibration, "compute_bytes", 4))  # a GPU profile's precision
     return {
         "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
