@@ -25,6 +25,7 @@ from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
 from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
 from bench.predict.runtime import IN_PROCESS, in_process_step_ms, reference_batches, reference_configs, residuals
+from bench.predict.serves import knob_mismatch, nearest_count_notes
 from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
@@ -213,22 +214,6 @@ def scenario_for(config: RunConfig) -> Scenario:
                     dp, pp, tuple(blocks), tuple(pairs), tuple(layers))
 
 
-CALIBRATED_KNOBS = {"channels_last": False, "compile": False}
-"""How calibration times the blocks (bench/predict/compute.py): contiguous tensors, no torch.compile."""
-
-
-def knob_mismatch(calibration: Calibration, config: RunConfig) -> str | None:
-    """The run's arithmetic knobs that differ from those the calibration timed, as one line (None: the same).
-
-    A bf16, channels-last or compiled run predicted from fp32 eager timings would compare different
-    arithmetic, and its ``prediction_error`` would mean nothing: such runs are left unpredicted."""
-    calibrated = {"precision": calibration.precision, **CALIBRATED_KNOBS}
-    run = {"precision": config.precision, "channels_last": bool(config.channels_last), "compile": config.compile}
-    differ = [f"{knob} {run[knob]} (calibrated: {calibrated[knob]})" for knob in calibrated
-              if run[knob] != calibrated[knob]]
-    return ", ".join(differ) or None
-
-
 def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:
     """A record of kind ``prediction`` for ``config``: every figure named predicted. ValueError where a
     calibration timed other arithmetic than the run's (``knob_mismatch``)."""
@@ -264,7 +249,9 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
 
 def predict_main(args: argparse.Namespace) -> int:
     if args.published:
-        return published_main(args)
+        from bench.predict.published_cli import published_main  # reads CSVs, imports no process machinery
+
+        return published_main(args, OUT["published"])
     args.out = args.out or OUT["hardware" if args.hardware else "calibration"]
     try:
         if args.hardware:
@@ -295,37 +282,6 @@ def predict_main(args: argparse.Namespace) -> int:
     for record in records:
         append_record(args.out, record)
     print_predictions(records, rests_on)
-    return 0
-
-
-def nearest_count_notes(calibration: Calibration, devices: int) -> list[str]:
-    """Says so where ``devices`` processes were not calibrated and the nearest count measured stands in."""
-    if devices <= 1 or devices in calibration.communication or not calibration.communication:
-        return []
-    nearest = min(calibration.communication, key=lambda n: (abs(n - devices), -n))
-    return [f"no collectives or runtimes measured on {devices} processes: predicted from those measured on "
-            f"{nearest} (collective bytes scaled by the ring's share); calibrate --devices {devices} to measure them"]
-
-
-def published_main(args: argparse.Namespace) -> int:
-    """``--published FILE``: one record per row, the table, the median and largest |error|."""
-    from bench.predict.published import prediction_records, print_table, read_rows
-
-    if args.hardware:
-        fail("bench predict", "--published takes each row's own gpu; give it without --hardware")
-    out = args.out or OUT["published"]
-    try:
-        rows = read_rows(Path(args.published))
-        writable(Path(out))
-    except (OSError, ValueError, ConfigError) as exc:
-        fail("bench predict", f"--published {args.published}: {getattr(exc, 'strerror', None) or exc}")
-    if not rows:
-        fail("bench predict", f"--published {args.published} has no rows")
-    records = prediction_records(rows, args.published)
-    for record in records:
-        append_record(out, record)
-    print_table(records)
-    print(f"records -> {out}")
     return 0
 
 

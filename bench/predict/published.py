@@ -112,15 +112,23 @@ def prediction_records(rows: list[dict[str, str]], source: str) -> list[dict[str
             "precision": row["precision"],
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
+        # The fields every prediction record carries (bench/predict/cli.py), None where a row has no such figure.
+        record |= {key: None for key in ("predicted_step_time_ms", "predicted_samples_per_s", "predicted_compute_ms",
+                                         "predicted_exposed_comm_ms", "predicted_update_ms", "predicted_bubble",
+                                         "predicted_memory_by_kind", "compute_source")}
+        record |= {"notes": [], "predicted_timeline": [], "config": {k: row.get(k) for k in COLUMNS[1:-2]}}
         try:
             value, step = predict_row(row)
         except (Skip, ValueError, KeyError) as exc:
             record |= {"status": "skipped", "reason": str(exc), "predicted_value": None, "error": None}
         else:
+            batch = int(row["global_batch"])
             record |= {"status": "ok", "reason": None, "predicted_value": value,
                        "error": value / float(row["value"]) - 1, "predicted_step_time_ms": step.step_s * 1e3,
-                       "predicted_compute_ms": step.compute_s * 1e3,
+                       "predicted_samples_per_s": batch / step.step_s, "predicted_compute_ms": step.compute_s * 1e3,
                        "predicted_exposed_comm_ms": step.exposed_comm_s * 1e3,
+                       "predicted_update_ms": (step.step_s - step.compute_s - step.exposed_comm_s) * 1e3,
+                       "predicted_memory_by_kind": {"total": int(step.memory_bytes)} if step.memory_bytes else None,
                        "predicted_memory_bytes": step.memory_bytes, "efficiencies": step.efficiencies,
                        "compute_source": f"achievable shares of {GPUS[row['gpu']].source}",
                        "notes": list(SHARES[GPUS[row["gpu"]].architecture].sources)}
