@@ -74,3 +74,18 @@ def build(preset: str, norm: str = "batch") -> ModelSpec:
         return images, labels
 
     return ModelSpec("cnn", resnet_blocks(resnet), make_batch, nn.CrossEntropyLoss(), p.batch_size)
+
+
+def build_resnet(block: str, layers: tuple[int, ...], groups: int = 1, width_per_group: int = 64,
+                 classes: int = 1000, norm: str = "batch") -> nn.Sequential:
+    """Any torchvision ResNet or ResNeXt from its published dimensions (ResNet-50: bottleneck, 3-4-6-3, 1
+    group of 64; ResNeXt-50 32x4d: 32 groups of 4), cut into blocks as the presets are. Build it under
+    ``torch.device("meta")`` to count without allocating."""
+    from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
+
+    if block not in ("basic", "bottleneck") or len(layers) != 4:
+        raise ValueError(f"block {block!r} with layers {'-'.join(map(str, layers))}: need basic or bottleneck "
+                         "and 4 stages")
+    kind = BasicBlock if block == "basic" else Bottleneck
+    return resnet_blocks(ResNet(kind, list(layers), num_classes=classes, groups=groups,
+                                width_per_group=width_per_group, norm_layer=norm_layer(norm)))

@@ -210,47 +210,6 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
             r["prediction"]["predicted_step_time_ms"] / r["step_time_ms_median"] - 1)
 
 
-def test_an_unknown_profile_or_devices_beyond_a_node_without_a_network_is_one_line_and_exit_2(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for extra, message in ((["--hardware", "tpu9"], "unknown hardware 'tpu9'; profiles: h200, h100, h200-node"),
-                           (["--hardware", "h200-node", "--devices", "8,16"],
-                            "--devices 16 is beyond one node of 8 and h200-node has no network between nodes")):
-        code, err = run_in_process(capsys, "predict", "--model", "mlp", "--preset", "small", *extra,
-                                   "--out", str(tmp_path / "p.jsonl"))
-        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "p.jsonl").exists()
-
-
-def test_what_if_on_a_profile_labels_everything_predicted_and_names_the_best_that_fits(tmp_path: Path) -> None:
-    out = tmp_path / "what_if.jsonl"
-    proc = run_bench("predict", "--hardware", "h200", "--model", "mlp", "--preset", "large", "--strategies",
-                     "ddp,fsdp", "--devices", "8,64", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    records, _ = read_records(out)
-    assert {(r["strategy"], r["device_count"]) for r in records} == {("ddp", 8), ("ddp", 64), ("fsdp", 8),
-                                                                     ("fsdp", 64)}
-    for r in records:
-        assert r["kind"] == "prediction" and r["accelerator"] == "H200 SXM (predicted)"
-        assert r["compute_source"].startswith("roofline") and r["assumptions"]
-        assert 0 < r["predicted_scaling_efficiency"] <= 1.0 + 1e-9
-        assert r["global_batch_size"] % r["device_count"] == 0  # weak scaling: the preset's batch per device
-    ddp8 = next(r for r in records if r["strategy"] == "ddp" and r["device_count"] == 8)
-    fsdp8 = next(r for r in records if r["strategy"] == "fsdp" and r["device_count"] == 8)
-    # fsdp holds an eighth of the state ddp holds whole.
-    assert fsdp8["predicted_memory_by_kind"]["optimizer_state"] * 8 == pytest.approx(
-        ddp8["predicted_memory_by_kind"]["optimizer_state"], rel=1e-6)
-    assert "best at 8 devices (predicted):" in proc.stdout and "PREDICTED" in proc.stdout
-
-
-def test_collectives_across_nodes_cost_more_than_inside_one() -> None:
-    from bench.predict.hardware import RooflineSource, profile
-
-    source = RooflineSource(profile("h200", (64,)), "mlp", "tiny", "batch", "bf16")
-    inside, across = (source.collective_ms("all_reduce", 64e6, n) for n in (8, 64))
-    assert 0 < inside < across
-    assert source.collective_ms("all_reduce", 64e6, 1) == 0.0
-
-
 def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(tmp_path: Path) -> None:
     from bench.predict.cli import scenario_for
     from bench.predict.runtime import MICROBATCHES, reference_configs, residuals

@@ -204,6 +204,11 @@ class Calibration:
         factor = (ranks - 1) / ranks / ((measured - 1) / measured)
         return self.communication[measured].collectives[operation].at(size * factor)
 
+    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
+        """One point-to-point transfer: this machine's ranks all share one host, so the pair's ranks do not
+        change the link; the curve measured between ranks 0 and 1."""
+        return self.collective_ms("send_recv", size, 2)
+
     def runtime_for(self, ranks: int) -> RuntimeOverheads:
         """The runtimes' residuals measured on ``ranks`` processes, else on the nearest count measured."""
         return self.communication[self._nearest_ranks(ranks)].runtime if self.communication else RuntimeOverheads()

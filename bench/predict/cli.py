@@ -22,9 +22,10 @@ from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
 from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
-from bench.predict.hardware import RooflineSource, profile
+from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
 from bench.predict.runtime import IN_PROCESS, in_process_step_ms, reference_batches, reference_configs, residuals
+from bench.predict.serves import knob_mismatch, nearest_count_notes
 from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
@@ -42,36 +43,50 @@ def machine_identity(env: dict[str, object]) -> dict[str, object]:
     return {key: env.get(key) for key in MACHINE_KEYS}
 
 
+OUT = {"published": "results/published.jsonl", "hardware": "results/what_if.jsonl",
+       "calibration": "results/predictions.jsonl"}
+"""--out's default by what predict predicts from (the README reads results/what_if.jsonl after --hardware)."""
+
+
 def add_parsers(commands: argparse._SubParsersAction) -> None:
-    calibrate = commands.add_parser("calibrate", help="measure this machine's compute and communication for predict")
-    calibrate.add_argument("--model", default="mlp")
-    calibrate.add_argument("--preset", default="small")
-    calibrate.add_argument("--norm", default="group")
-    calibrate.add_argument("--batch-size", type=int, default=None, help="global batch (default: the preset's)")
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+    calibrate = commands.add_parser("calibrate", help="measure this machine's compute and communication for predict",
+                                    formatter_class=defaults)
+    calibrate.add_argument("--model", default="mlp", help="model family or package.module:function")
+    calibrate.add_argument("--preset", default="small", help="the family's preset")
+    calibrate.add_argument("--norm", default="group", help="cnn normalisation")
+    calibrate.add_argument("--batch-size", type=int, default=None, help="global batch (None: the preset's)")
     calibrate.add_argument("--devices", type=comma_list(int), default=(1, 2), help="device counts to prepare for")
     calibrate.add_argument("--microbatches", type=comma_list(int), default=(1, 4), help="micro-batch counts")
-    calibrate.add_argument("--collective-max-mib", type=int, default=256, help="largest message (default: 256)")
-    calibrate.add_argument("--repeats", type=int, default=5, help="timings per block and batch size (default: 5)")
+    calibrate.add_argument("--collective-max-mib", type=int, default=256, help="largest message")
+    calibrate.add_argument("--repeats", type=int, default=5, help="timings per block and batch size")
     calibrate.add_argument("--groups", type=int, default=GROUPS,
-                           help=f"groups of processes the collectives and the runtimes' reference runs are measured "
-                                f"in, each figure the median over them (default: {GROUPS}; 1 is quicker, noisier)")
-    calibrate.add_argument("--out", default="results/calibration.json")
-    predict = commands.add_parser("predict", help="predict step time, memory and bubble from a calibration")
-    predict.add_argument("--calibration", default="results/calibration.json")
-    predict.add_argument("--model", default="mlp")
-    predict.add_argument("--preset", default="small")
-    predict.add_argument("--strategies", type=comma_list(str), default=("single", "ddp", "pp"))
-    predict.add_argument("--devices", type=comma_list(int), default=(1, 2))
-    predict.add_argument("--batch-size", type=int, default=None)
-    predict.add_argument("--microbatches", type=int, default=4)
-    predict.add_argument("--schedule", default="gpipe")
+                           help="groups of processes the collectives and the runtimes' reference runs are measured "
+                                "in, each figure the median over them (1 is quicker, noisier)")
+    calibrate.add_argument("--out", default="results/calibration.json", help="the calibration file")
+    predict = commands.add_parser("predict", help="predict step time, memory and bubble from a calibration, a "
+                                                  "hardware profile, or for every row of a published file",
+                                  formatter_class=defaults)
+    predict.add_argument("--calibration", default="results/calibration.json", help="a bench calibrate file")
+    predict.add_argument("--model", default="mlp", help="model family")
+    predict.add_argument("--preset", default="small", help="the family's preset")
+    predict.add_argument("--strategies", type=comma_list(str), default=("single", "ddp", "pp"), help="strategies")
+    predict.add_argument("--devices", type=comma_list(int), default=(1, 2), help="device counts")
+    predict.add_argument("--batch-size", type=int, default=None, help="global batch (None: the preset's)")
+    predict.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches")
+    predict.add_argument("--schedule", default="gpipe", help="pipeline schedule")
     predict.add_argument("--hardware", default=None,
-                         help="predict for a data-sheet profile instead of this machine: h100, h200 (nodes of 8 "
-                              "with InfiniBand between them) or h200-node (one node)")
-    predict.add_argument("--precision", default=None, help="with --hardware: bf16 (default), tf32 or fp32")
+                         help=f"predict for a GPU profile instead of this machine: {', '.join(PROFILES)} (nodes of "
+                              "8; h200-node is one node, no network)")
+    predict.add_argument("--precision", default=None, help=f"with --hardware: {', '.join(PRECISIONS)} (None: bf16)")
     predict.add_argument("--scaling", choices=("weak", "strong"), default=None,
-                         help="weak: --batch-size per device (default with --hardware); strong: the global batch")
-    predict.add_argument("--out", default="results/predictions.jsonl")
+                         help="weak: --batch-size per device (None: weak with --hardware); strong: the global batch")
+    predict.add_argument("--published", default=None, metavar="FILE",
+                         help="predict every row of FILE (the columns of ../shared/published/train.csv) and print "
+                              "the error against each published value")
+    predict.add_argument("--out", default=None,
+                         help=f"records (None: {OUT['calibration']}; with --hardware {OUT['hardware']}; with "
+                              f"--published {OUT['published']})")
 
 
 def calibrate_main(args: argparse.Namespace) -> int:
@@ -118,6 +133,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     batches = sorted({*calibration_batches(config.batch_size, devices, microbatches),
                       *(n for d in parallel for n in reference_batches(d))})
     cuda = config.accelerator == "cuda"
+    calibration_arithmetic(config.precision)
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
@@ -146,6 +162,14 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     for d, (configs, step_ms) in references.items():
         calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
     return calibration
+
+
+def calibration_arithmetic(precision: str) -> None:
+    """Sets TF32 as a run of ``precision`` does (strategies/precision.py): left at torch's default, cuDNN
+    would time an fp32 calibration's convolutions in TF32 while fp32 runs compute them in full fp32."""
+    from strategies.precision import set_tf32
+
+    set_tf32(precision)
 
 
 def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
@@ -191,7 +215,11 @@ def scenario_for(config: RunConfig) -> Scenario:
 
 
 def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:
-    """A record of kind ``prediction`` for ``config``: every figure named predicted."""
+    """A record of kind ``prediction`` for ``config``: every figure named predicted. ValueError where a
+    calibration timed other arithmetic than the run's (``knob_mismatch``)."""
+    if isinstance(calibration, Calibration) and (mismatch := knob_mismatch(calibration, config)):
+        raise ValueError(f"the run's {mismatch}: its blocks were timed in other arithmetic; calibrate in the "
+                         "run's knobs or predict only runs that share the calibration's")
     scenario = scenario_for(config)
     step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
     stages = None
@@ -201,7 +229,8 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
         stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
                               scenario.global_batch / replicas / scenario.microbatches)
     memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
-                            optimizer_states(config.optimizer), stages)
+                            optimizer_states(config.optimizer), stages,
+                            getattr(calibration, "compute_bytes", 4))  # a GPU profile's precision
     return {
         "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -219,12 +248,17 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
 
 
 def predict_main(args: argparse.Namespace) -> int:
+    if args.published:
+        from bench.predict.published_cli import published_main  # reads CSVs, imports no process machinery
+
+        return published_main(args, OUT["published"])
+    args.out = args.out or OUT["hardware" if args.hardware else "calibration"]
     try:
         if args.hardware:
             hardware = profile(args.hardware, args.devices)
             norm, precision = "batch", args.precision or "bf16"
             source = RooflineSource(hardware, args.model, args.preset, norm, precision)
-            label = f"roofline (an upper bound on speed) from {hardware.source}"
+            label = f"achievable shares of {hardware.source}"
         else:
             calibration = Calibration.load(Path(args.calibration))
             calibration.check_matches(machine_identity(environment()), args.model, args.preset)
@@ -237,14 +271,17 @@ def predict_main(args: argparse.Namespace) -> int:
     records = []
     for config in configs:
         try:
-            records.append(prediction_record(source, config, label))
+            record = prediction_record(source, config, label)
         except ValueError as exc:
             log.warning("%s on %d device(s) not predicted: %s", config.strategy, config.devices, exc)
-    if args.hardware:
-        what_if_fields(records, source, hardware, precision, scaling)
+            continue
+        if not args.hardware:
+            record["notes"] = [*record["notes"], *nearest_count_notes(calibration, config.devices)]
+        records.append(record)
+    rests_on = what_if_fields(records, source, hardware, precision, scaling) if args.hardware else None
     for record in records:
         append_record(args.out, record)
-    print_predictions(records)
+    print_predictions(records, rests_on)
     return 0
 
 

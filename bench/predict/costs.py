@@ -93,6 +93,10 @@ class CostSource(Protocol):
     def overhead_ms(self, threads: int, samples: float) -> float: ...
     def slowdown_for(self, processes: int) -> float: ...
     def collective_ms(self, operation: str, size: float, ranks: int) -> float: ...
+    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
+        """One point-to-point transfer between global ranks ``sender`` and ``receiver`` (a pipeline's
+        neighbours): the link depends on whether they share a node."""
+        ...
     def runtime_for(self, ranks: int) -> RuntimeOverheads: ...
     def overlap_for(self, ranks: int) -> float: ...
 
@@ -261,8 +265,11 @@ def _pipeline(calibration: CostSource, scenario: Scenario) -> StepPrediction:
     samples = scenario.global_batch / replicas / m
     parts = stage_blocks(calibration, scenario, ranks * v, samples)
     costs = [_pass(blocks, part, samples) for part in parts]
-    sends = [calibration.collective_ms("send_recv", blocks[part[-1]].output_bytes_per_sample * samples, 2)
-             for part in parts]
+    # Stage s runs on pipeline rank s % ranks; replica r's pipeline holds global ranks r*ranks .. r*ranks+ranks-1
+    # (strategies/mesh.py: pp inside dp). A boundary costs what the slowest replica's crossing of it costs.
+    sends = [max(calibration.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples, r * ranks + s % ranks,
+                                         r * ranks + (s + 1) % ranks) for r in range(replicas))
+             for s, part in enumerate(parts)]
     runtime = calibration.runtime_for(scenario.devices)
     slows: dict[Action, float] = {}
 

@@ -50,6 +50,9 @@ class _Partial:
     def collective_ms(self, operation: str, size: float, ranks: int) -> float:
         return self.source.collective_ms(operation, size, ranks) if self.transfers else 0.0
 
+    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
+        return self.source.transfer_ms(size, sender, receiver) if self.transfers else 0.0
+
     def runtime_for(self, ranks: int) -> RuntimeOverheads:
         return self.source.runtime_for(ranks) if self.runtime else RuntimeOverheads()
 

@@ -1,80 +1,73 @@
-"""Hardware the run cannot see: data-sheet profiles, and a cost source built from one (a roofline).
+"""Hardware the run cannot see: GPU profiles on their fabrics, and a cost source built from one (PREDICTED).
 
-Compute: each block's forward at max(FLOPs / peak, bytes / HBM bandwidth) per sample, its backward
-twice its forward's FLOPs (the input and weight gradients), the update memory-bound. That is an
-upper bound on speed (no kernel reaches its peak), and every prediction from it says "roofline".
+Compute: each block's forward at its kinds' achievable shares (bench/predict/profiles.py): its FLOPs
+(torch's counter on the meta device) over the precision's dense peak times the matmul share at the
+block's width (the convolution share for a ResNet's blocks), plus its normalisations' and activations'
+outputs crossing HBM (achievable.ELEMENTWISE_PASSES times a step) at the achievable bandwidth, and
+never under its kernels' launches (``LAUNCH_S`` each); the backward twice the forward's FLOPs and
+bytes. The update reads and writes the fp32 state at the achievable HBM bandwidth.
 
-Communication, as NCCL's tests report it: an operation on N ranks takes its algorithm's share of the
-bytes over the bus bandwidth at that message size (all-reduce 2(N-1)/N, all-gather and reduce-scatter
-(N-1)/N), plus a latency. Inside a node of 8 the NVLink curve applies; beyond, the operation is
-hierarchical (reduce-scatter inside the node, all-reduce of the shard across nodes over InfiniBand,
-all-gather inside the node), and a pipeline's neighbours across nodes talk over InfiniBand.
+Communication as NCCL runs it (bench/predict/nccl.py): rings inside a node of 8 over NVLink, across
+nodes each GPU's NIC carrying its 1/8 of the ring's bytes; a pipeline's neighbours over the one link
+between their two ranks. FSDP gathers bf16 parameters under bf16 (mixed precision), the gradients stay
+fp32 (all-reduce, reduce-scatter).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import models
+from bench.predict.achievable import ELEMENTWISE, ELEMENTWISE_PASSES, LAUNCH_S
 from bench.predict.calibration import BlockCost, Line, RuntimeOverheads
+from bench.predict.nccl import Link, collective_seconds, p2p_seconds
+from bench.predict.profiles import FABRICS, GPUS, NDR_400, SHARES, Gpu, Shares
 from models.sizes import COUNT_BATCH, output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from strategies import ConfigError
 
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class BandwidthCurve:
-    """Bus bandwidth (bytes/s) by message size (bytes), interpolated in log size, and a fixed latency."""
-
-    points: tuple[tuple[float, float], ...]
-    latency_s: float
-
-    def bus_bandwidth(self, size: float) -> float:
-        sizes = [s for s, _ in self.points]
-        if size <= sizes[0]:
-            return self.points[0][1] * size / sizes[0]  # latency-bound: bandwidth falls with size
-        if size >= sizes[-1]:
-            return self.points[-1][1]
-        for (s0, b0), (s1, b1) in zip(self.points, self.points[1:], strict=False):
-            if s0 <= size <= s1:
-                t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
-                return b0 + t * (b1 - b0)
-        return self.points[-1][1]
+PRECISIONS = ("bf16", "tf32", "fp32")
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """One GPU model in nodes of ``node_size``, from its data sheet."""
+    """A GPU part in nodes of ``node_size`` with ``network`` between the nodes (None: one node only)."""
 
-    name: str
-    peak_flops: dict[str, float]
-    hbm_bytes_per_s: float
-    memory_bytes: float
-    nvlink: BandwidthCurve
-    network: BandwidthCurve | None
-    """Across nodes (None: a single node, nothing beyond ``node_size``)."""
+    key: str
+    gpu: Gpu
+    network: Link | None
     node_size: int = 8
-    source: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.gpu.name
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.gpu.memory_bytes
+
+    @property
+    def shares(self) -> Shares:
+        return SHARES[self.gpu.architecture]
+
+    @property
+    def source(self) -> str:
+        network = self.network.source if self.network else "one node, no network"
+        return f"{self.gpu.source}; {self.gpu.nvlink.source}; {network}"
 
 
-# 8 x H200 NCCL all-reduce bus bandwidth, as the issue quotes it: ~53 GB/s at 1 MB, ~240 at 16 MB,
-# ~480 at 8 GB. InfiniBand NDR 400 Gb/s per GPU: 50 GB/s at most; its curve is an assumption.
-NVLINK_8 = BandwidthCurve(((1e6, 53 * GB), (16e6, 240 * GB), (8e9, 480 * GB)), 10e-6)
-INFINIBAND_NDR = BandwidthCurve(((1e6, 5 * GB), (16e6, 25 * GB), (1e9, 45 * GB)), 20e-6)
 PROFILES = {
-    "h200": Hardware("H200 SXM", {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12}, 4.8e12, 141e9, NVLINK_8,
-                     INFINIBAND_NDR, source="NVIDIA H200 SXM data sheet (dense), NDR InfiniBand per GPU"),
-    "h100": Hardware("H100 SXM", {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12}, 3.35e12, 80e9, NVLINK_8,
-                     INFINIBAND_NDR, source="NVIDIA H100 SXM data sheet (dense), NDR InfiniBand per GPU"),
-    "h200-node": Hardware("H200 SXM, one node", {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12}, 4.8e12,
-                          141e9, NVLINK_8, None, source="NVIDIA H200 SXM data sheet (dense), no network"),
+    **{key: Hardware(key, gpu, NDR_400) for key, gpu in GPUS.items()},
+    "h100": Hardware("h100", GPUS["h100-sxm-80gb"], NDR_400),
+    "a100": Hardware("a100", GPUS["a100-sxm-80gb"], FABRICS["roce-1600g-per-node"]),
+    "h200-node": Hardware("h200-node", GPUS["h200"], None),
 }
+"""Every GPU of profiles.GPUS with NDR InfiniBand between nodes of 8; ``h100``/``a100`` the SXM 80 GB
+parts (A100 clusters on llm-foundry's RoCE); ``h200-node`` one node of H200s, nothing beyond."""
 
 
 def profile(name: str, devices: tuple[int, ...]) -> Hardware:
@@ -84,47 +77,84 @@ def profile(name: str, devices: tuple[int, ...]) -> Hardware:
     hardware = PROFILES[name]
     beyond = [d for d in devices if d > hardware.node_size]
     if beyond and hardware.network is None:
+        others = ", ".join(k for k, h in PROFILES.items() if h.network is not None)
         raise ConfigError(f"--devices {','.join(map(str, beyond))} is beyond one node of {hardware.node_size} and "
-                          f"{name} has no network between nodes; use a profile with one ({', '.join(PROFILES)})")
+                          f"{name} has no network between nodes; use a profile with one ({others})")
     return hardware
 
 
 @functools.cache
-def _block_flops(family: str, preset: str, norm: str) -> list[float]:
-    """Per block, forward FLOPs per sample (torch's flop counter, on the meta device)."""
+def _block_counts(family: str, preset: str, norm: str) -> list[tuple[float, int, int, bool, float]]:
+    """Per block: forward FLOPs per sample (torch's flop counter, on the meta device), its kernels (leaf
+    modules, each a launch or a few), its width (the narrowest Linear input, 0 without one), whether it
+    convolves, and the elements its normalisations and activations write per sample."""
     with torch.device("meta"):
         spec = models.build_model(family, preset, norm)
     inputs, _ = spec.make_batch(COUNT_BATCH, torch.Generator().manual_seed(0))
-    x, flops = inputs.to("meta"), []
+    x, counts = inputs.to("meta"), []
     for block in spec.blocks:
+        written: list[int] = []
+        hooks = [m.register_forward_hook(lambda _m, _i, out, into=written: into.append(out.numel()))
+                 for m in block.modules() if isinstance(m, ELEMENTWISE)]
         counter = FlopCounterMode(display=False)
         with counter:
             x = block(x)
-        flops.append(counter.get_total_flops() / COUNT_BATCH)
-    return flops
+        for hook in hooks:
+            hook.remove()
+        leaves = [m for m in block.modules() if not list(m.children())]
+        widths = [m.in_features for m in leaves if isinstance(m, nn.Linear)]
+        counts.append((counter.get_total_flops() / COUNT_BATCH, max(1, len(leaves)), min(widths, default=0),
+                       any(isinstance(m, nn.Conv2d) for m in leaves), sum(written) / COUNT_BATCH))
+    return counts
 
 
 class RooflineSource:
-    """A cost source (bench/predict/costs.py) for a model on a hardware profile: PREDICTED from the data sheet."""
+    """A cost source (bench/predict/costs.py) for a model on a hardware profile: PREDICTED at achievable
+    shares of the data sheet (the name stays for its callers; it is no longer a bare roofline)."""
 
     def __init__(self, hardware: Hardware, family: str, preset: str, norm: str, precision: str) -> None:
+        if precision not in PRECISIONS:
+            raise ConfigError(f"--precision {precision!r}; choose from {', '.join(PRECISIONS)}")
         self.hardware, self.precision = hardware, precision
         with torch.device("meta"):
             spec = models.build_model(family, preset, norm)
-        peak = hardware.peak_flops[precision]
-        compute_bytes = 2 if precision == "bf16" else 4
+        gpu, shares = hardware.gpu, hardware.shares
+        peak = gpu.peak_flops[precision]
+        self.compute_bytes = 2 if precision == "bf16" else 4
+        self.efficiencies: dict[str, float] = {"hbm": shares.hbm}
+        hbm = gpu.hbm_bytes_per_s * shares.hbm
         self._blocks = []
-        for flops, params, saved, output, tensors in zip(
-                _block_flops(family, preset, norm), parameter_counts(spec.blocks), saved_bytes_per_sample(spec),
+        for (flops, kernels, width, convolves, elements), params, saved, output, tensors in zip(
+                _block_counts(family, preset, norm), parameter_counts(spec.blocks), saved_bytes_per_sample(spec),
                 output_bytes_per_sample(spec), tensor_counts(spec.blocks), strict=True):
-            # Weights read once per pass; activations written forward and read backward.
-            forward = max(flops / peak, saved / hardware.hbm_bytes_per_s) * 1e3
-            weights = params * compute_bytes / hardware.hbm_bytes_per_s * 1e3
-            self._blocks.append(BlockCost(Line(weights, forward), Line(2 * weights, 2 * forward), params,
-                                          output, saved, tensors))
+            share = self._share(shares, width, convolves)
+            # Activations counted in fp32 on the meta device; autocast keeps them in the compute precision.
+            saved = saved * self.compute_bytes / 4
+            # A third of the elementwise passes forward, two thirds backward (achievable.ELEMENTWISE_PASSES).
+            elementwise = elements * self.compute_bytes * ELEMENTWISE_PASSES / 3
+            forward = (flops / (peak * share) + elementwise / hbm) * 1e3
+            weights = params * self.compute_bytes / hbm * 1e3  # read once per pass
+            floor = kernels * LAUNCH_S * 1e3
+            self._blocks.append(BlockCost(Line(max(weights, floor), forward), Line(max(2 * weights, 2 * floor),
+                                                                                  2 * forward),
+                                          params, output * self.compute_bytes / 4, saved, tensors))
+        self._hbm = hbm
+
+    def _share(self, shares: Shares, width: int, convolves: bool) -> float:
+        if convolves:
+            share = shares.convolution_tf32 if self.precision != "bf16" else shares.convolution
+            self.efficiencies["convolution"] = share
+        elif width:
+            share = shares.matmul_at(width)
+            self.efficiencies[f"matmul at width {width}"] = share
+        else:
+            share = shares.matmul  # no Linear: the few FLOPs (embeddings, pooling) at the large-GEMM share
+        if self.precision == "fp32":  # no tensor cores: the data sheet's fp32 peak is what FMA units reach
+            share = max(share, 0.8)
+        return share
 
     def runtime_for(self, ranks: int) -> RuntimeOverheads:
-        """The runtimes' own costs are not on a data sheet: none are assumed."""
+        """The runtimes' own costs (hooks, bucketing) are not on a data sheet: the launch floor stands for them."""
         return RuntimeOverheads()
 
     def overlap_for(self, ranks: int) -> float:
@@ -136,34 +166,28 @@ class RooflineSource:
 
     def optimizer_ms(self, threads: int, parameters: float) -> float:
         # SGD with momentum reads parameter, gradient and state and writes two: 5 x 4 bytes per parameter.
-        return parameters * 20 / self.hardware.hbm_bytes_per_s * 1e3
+        return parameters * 20 / self._hbm * 1e3
 
     def overhead_ms(self, threads: int, samples: float) -> float:
         return 0.0
 
     def copy_ms(self, threads: int, size: float) -> float:
-        return 2 * size / self.hardware.hbm_bytes_per_s * 1e3  # read and write
+        return 2 * size / self._hbm * 1e3  # read and write
 
     def slowdown_for(self, processes: int) -> float:
         return 1.0
 
     def collective_ms(self, operation: str, size: float, ranks: int) -> float:
+        """``size`` as costs.py names it: all_gather each rank's shard (of fp32 parameters, gathered in the
+        compute precision), the others the whole tensor each rank contributes."""
         if ranks <= 1 or size <= 0:
             return 0.0
         hw = self.hardware
-        if operation == "send_recv":  # a pipeline's neighbours: NVLink inside a node, else the network
-            curve = hw.nvlink if ranks <= hw.node_size or hw.network is None else hw.network
-            return (curve.latency_s + size / curve.bus_bandwidth(size)) * 1e3
-        if ranks <= hw.node_size or hw.network is None:
-            return _ring(operation, size, ranks, hw.nvlink)
-        nodes = math.ceil(ranks / hw.node_size)
-        inside = _ring("reduce_scatter", size, hw.node_size, hw.nvlink) + _ring("all_gather", size, hw.node_size,
-                                                                                  hw.nvlink)
-        across = _ring(operation, size / hw.node_size, nodes, hw.network)
-        return (inside if operation in ("all_reduce",) else inside / 2) + across
+        if operation == "send_recv":
+            return self.transfer_ms(size, 0, 1)
+        whole = size * ranks * self.compute_bytes / 4 if operation == "all_gather" else size
+        return collective_seconds(operation, whole, ranks, hw.node_size, hw.gpu.nvlink, hw.network) * 1e3
 
-
-def _ring(operation: str, size: float, ranks: int, curve: BandwidthCurve) -> float:
-    share = 2 * (ranks - 1) / ranks if operation == "all_reduce" else (ranks - 1) / ranks
-    whole = size * ranks if operation == "all_gather" else size  # all_gather's size is each rank's shard
-    return (curve.latency_s * (ranks - 1) + whole * share / curve.bus_bandwidth(whole)) * 1e3
+    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
+        hw = self.hardware
+        return p2p_seconds(size, sender, receiver, hw.node_size, hw.gpu.nvlink, hw.network) * 1e3

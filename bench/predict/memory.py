@@ -21,8 +21,9 @@ def optimizer_states(optimizer: str) -> int:
 
 
 def predict_memory(blocks: list[BlockCost], scenario: Scenario, states: int,
-                   stages: list[list[int]] | None = None) -> dict[str, int]:
-    """{kind: bytes} on the device that holds the most."""
+                   stages: list[list[int]] | None = None, gathered_bytes: int = FP32) -> dict[str, int]:
+    """{kind: bytes} on the device that holds the most; ``gathered_bytes`` per parameter FSDP gathers (2 under
+    bf16 mixed precision on a GPU profile: FSDP2's param_dtype)."""
     n = scenario.devices
     parameters = sum(b.parameters for b in blocks)
     saved = sum(b.saved_bytes_per_sample for b in blocks)
@@ -38,7 +39,7 @@ def predict_memory(blocks: list[BlockCost], scenario: Scenario, states: int,
         by_kind = _kinds(parameters / n, parameters / n, states * parameters / n, saved * scenario.global_batch / n)
         largest = max(b.parameters for b in blocks)
         gathered = largest if scenario.reshard_after_forward else parameters
-        by_kind["gathered_parameters"] = int(FP32 * gathered)
+        by_kind["gathered_parameters"] = int(gathered_bytes * gathered)
         return by_kind
     if name == "tp":
         sharded = sum(blocks[i].parameters for i in scenario.tp_blocks)
