@@ -161,11 +161,12 @@ def _source(args: argparse.Namespace) -> tuple[CostSource, str, str, float | Non
     """The cost source, its label, the norm it models, the memory budget per device and the GPUs per node."""
     if args.hardware:
         hardware = profile(args.hardware, (args.devices,))
-        if args.precision not in hardware.peak_flops:
-            raise ConfigError(f"--precision {args.precision}: {hardware.name} has {', '.join(hardware.peak_flops)}")
+        if args.precision not in hardware.gpu.peak_flops:
+            raise ConfigError(f"--precision {args.precision}: {hardware.name} has "
+                              f"{', '.join(hardware.gpu.peak_flops)}")
         source = RooflineSource(hardware, args.model, args.preset, "batch", args.precision)
         budget = hardware.memory_bytes * (1 - args.memory_headroom)
-        return source, f"{hardware.name} profile ({hardware.source})", "batch", budget, hardware.node_size
+        return source, f"achievable shares of {hardware.source}", "batch", budget, hardware.node_size
     calibration = Calibration.load(Path(args.calibration))
     calibration.check_matches(machine_identity(environment()), args.model, args.preset)
     return calibration, f"calibration {args.calibration}", calibration.norm, None, CPU_GPUS_PER_NODE
