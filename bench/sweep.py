@@ -175,9 +175,6 @@ def main(args: argparse.Namespace) -> int:
         for name, values in (("--devices", args.devices), ("--microbatches", args.microbatches)):
             if values is not None and (not values or min(values) < 1):
                 raise ConfigError(f"{name} must list numbers of at least 1, got {values}")
-        if args.warmup == 0:
-            raise ConfigError("--warmup must be at least 1, got 0: the first step pays one-time costs that would "
-                              "be timed, and memory by kind is tracked on it")
         if args.repeats < 1:
             raise ConfigError(f"--repeats must be at least 1, got {args.repeats}")
         if args.run_timeout_s <= 0:

@@ -18,6 +18,7 @@ from tests.helpers.cli import ROOT, BenchRun, run_bench
 SWEEP = ["sweep", "--repeats", "1", "--calibration", "none", "--preset", "tiny", "--steps", "2", "--warmup", "1"]
 
 
+@pytest.mark.launches
 def test_out_of_memory_becomes_an_oom_row_with_memory_figures_and_the_next_runs(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     proc = run_bench(*SWEEP, "--strategies", "single", "--devices", "1",
@@ -31,6 +32,7 @@ def test_out_of_memory_becomes_an_oom_row_with_memory_figures_and_the_next_runs(
     assert "1 ok, 1 oom" in proc.stdout
 
 
+@pytest.mark.launches
 def test_running_out_of_host_memory_is_one_line_exit_3_and_an_oom_row(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     proc = run_bench("run", "--strategy", "single", "--model", "tests.faulty_models:host_out_of_memory",
@@ -69,6 +71,7 @@ def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(failing_swee
     assert ok["status"] == "ok" and ok["processes"] == 2
 
 
+@pytest.mark.launches
 def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, stalled = tmp_path / "s.jsonl", tmp_path / "stalled"

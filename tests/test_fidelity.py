@@ -340,7 +340,7 @@ FIGURE_FIELDS = {
     "ddp-vs-plain-ddp": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
     "fsdp-vs-plain-fsdp": {"ratio", "ratio_interval", "suite_ms", "baseline_ms"},
     "pp-vs-mp": {"speedup", "ideal_speedup", "share_of_ideal", "speedup_interval", "share_of_ideal_interval",
-                 "suite_ms", "baseline_ms", "microbatches", "mp_threads", "predicted_speedup",
+                 "suite_ms", "baseline_ms", "microbatches", "mp_microbatches", "mp_threads", "predicted_speedup",
                  "predicted_share_of_ideal", "predicted_steps", "prediction_source"},
     "pp-bubble": {"measured_bubble_fraction", "theoretical_bubble_fraction", "bubble_difference",
                   "measured_bubble_interval", "microbatches", "schedule", "suite_ms"},

@@ -32,6 +32,7 @@ def test_the_refusal_beyond_a_node_suggests_only_profiles_with_a_network(capsys:
     assert all(PROFILES[name].network is not None for name in suggested)
 
 
+@pytest.mark.launches
 def test_what_if_on_a_profile_labels_everything_predicted_and_says_what_it_rests_on(tmp_path: Path) -> None:
     out = tmp_path / "what_if.jsonl"
     proc = run_bench("predict", "--hardware", "h200", "--model", "mlp", "--preset", "large", "--strategies",

@@ -31,6 +31,7 @@ def test_the_repository_copy_is_the_shared_file() -> None:
     assert COPY.read_bytes() == SHARED.read_bytes()
 
 
+@pytest.mark.launches
 def test_every_row_gives_one_record_with_its_error_and_the_targets_are_met_on_train_csv(tmp_path: Path) -> None:
     out = tmp_path / "published.jsonl"
     proc = run_bench("predict", "--published", str(COPY), "--out", str(out))

@@ -29,6 +29,7 @@ ENV_FIELDS = {
 }
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("model", ["mlp", "cnn", "rnn", "transformer"])
 def test_bench_run_appends_one_valid_record(model: str, results: Path) -> None:
     proc = run_bench("run", "--model", model, "--preset", "tiny", "--steps", "3", "--warmup", "1",
@@ -85,6 +86,7 @@ def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.launches
 def test_list_names_strategies_models_presets_and_devices() -> None:
     proc = run_bench("list")
     assert proc.returncode == 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.records import read_records
 from reports.build import build_report
 from reports.load import load
@@ -36,6 +38,7 @@ def test_the_report_writes_and_links_every_pipeline_timeline(tmp_path: Path) -> 
     assert "## Traces" in (out / "report.md").read_text() and "traces/" in (out / "report.md").read_text()
 
 
+@pytest.mark.launches
 def test_profile_writes_a_trace_per_rank_the_record_names(tmp_path: Path) -> None:
     out, folder = tmp_path / "r.jsonl", tmp_path / "profiles"
     proc = run_bench("run", "--model", "mlp", "--preset", "tiny", "--steps", "4", "--warmup", "1",

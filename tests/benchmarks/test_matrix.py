@@ -81,6 +81,7 @@ def test_step(benchmark, case: Case, bench_options: dict, single_throughput: dic
         _finish(benchmark, case, build_record(config, result, environment()), single_throughput)
 
 
+@pytest.mark.launches
 def test_torchrun_launch(benchmark, case: Case, bench_options: dict, single_throughput: dict, tmp_path: Path) -> None:  # noqa: ANN001
     """Times a whole torchrun launch of a one-process-per-device strategy; per-step figures in extra_info."""
     if not bench_options["enabled"]:
