@@ -292,7 +292,7 @@ def _check_checkpoint(config: RunConfig) -> None:
     with torch.device("meta"):
         name = models.build_model(config.model, config.preset, config.norm).name
     try:
-        load_checkpoint(config.load_checkpoint, name, config.preset)
+        load_checkpoint(str(config.load_checkpoint), name, config.preset)
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
 

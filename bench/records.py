@@ -103,7 +103,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
     times_ms = step_times_ms(result.ranks)
     median_ms = statistics.median(times_ms)
     q1, _, q3 = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else (median_ms, 0, median_ms)
-    samples_per_s = config.batch_size / (median_ms / 1e3)
+    samples_per_s = config.global_batch / (median_ms / 1e3)
     losses = global_losses(result.ranks)
     flops = result.flops_per_sample
     achieved = flops * samples_per_s if flops else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 
@@ -29,11 +29,11 @@ def bootstrap_interval(
 
     ``statistic`` defaults to the median; ``values`` may be any units of repetition (round indices, say)
     that a given ``statistic`` knows how to read."""
-    statistic = statistic or statistics.median
+    measure = statistic if statistic is not None else cast(Callable[[Sequence[T]], float], statistics.median)
     if len(values) < 2:
         return None
     rng = random.Random(seed)  # the same records always give the same report
-    estimates = sorted(statistic(rng.choices(values, k=len(values))) for _ in range(resamples))
+    estimates = sorted(measure(rng.choices(values, k=len(values))) for _ in range(resamples))
     tail = (1 - level) / 2
     return estimates[int(tail * (resamples - 1))], estimates[int((1 - tail) * (resamples - 1))]
 

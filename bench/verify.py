@@ -85,8 +85,8 @@ def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[
     """(largest parameter difference, largest loss difference, within tolerance)."""
     import torch
 
-    got_state = load_checkpoint(got.save_checkpoint)
-    want_state = load_checkpoint(want.save_checkpoint)
+    got_state = load_checkpoint(str(got.save_checkpoint))
+    want_state = load_checkpoint(str(want.save_checkpoint))
     if got_state.keys() != want_state.keys():
         return math.inf, math.inf, False
     param_diff = max((got_state[k].float() - v.float()).abs().max().item() for k, v in want_state.items())

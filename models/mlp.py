@@ -33,7 +33,7 @@ def tp_plan(depth: int, width: int) -> TensorParallelPlan:
     """Consecutive hidden blocks in Megatron-LM pairs: block 2j's Linear by columns, block 2j+1's by rows,
     one all-reduce per pair (the ReLU between them acts on each rank's columns alone). With an odd depth
     the last hidden block has no partner and stays replicated, as does the classifier."""
-    styles = {}
+    styles: dict[str, str] = {}
     for j in range(depth // 2):
         styles |= {f"{2 * j}.0": COLWISE, f"{2 * j + 1}.0": ROWWISE}
     return TensorParallelPlan(styles, {"hidden width": width})
@@ -42,7 +42,7 @@ def tp_plan(depth: int, width: int) -> TensorParallelPlan:
 def build(preset: str, norm: str = "batch") -> ModelSpec:
     """Builds the MLP; ``norm`` is accepted for a uniform signature and ignored (there is none)."""
     p = PRESETS[preset]
-    blocks = [nn.Sequential(nn.Linear(p.width, p.width), nn.ReLU()) for _ in range(p.depth)]
+    blocks: list[nn.Module] = [nn.Sequential(nn.Linear(p.width, p.width), nn.ReLU()) for _ in range(p.depth)]
     blocks.append(nn.Linear(p.width, p.classes))
 
     def make_batch(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,7 +55,7 @@ class LastStep(nn.Module):
 def build(preset: str, norm: str = "batch") -> ModelSpec:
     """Builds the LSTM classifier; ``norm`` is accepted for a uniform signature and ignored."""
     p = PRESETS[preset]
-    blocks = [nn.Embedding(p.vocab, p.hidden)]
+    blocks: list[nn.Module] = [nn.Embedding(p.vocab, p.hidden)]
     blocks += [LSTMBlock(p.hidden) for _ in range(p.layers)]
     blocks.append(nn.Sequential(LastStep(), nn.Linear(p.hidden, p.classes)))
 

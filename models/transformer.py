@@ -150,7 +150,7 @@ def tp_plan(depth: int, heads: int, width: int) -> TensorParallelPlan:
     """Megatron-LM's split of each decoder block: q, k, v and fc1 by columns, out and fc2 by rows, so each
     block needs one all-reduce after attention and one after the MLP; embeddings, LayerNorms and the head
     stay replicated. Block 0 is the embeddings: the decoder blocks are blocks 1 to ``depth``."""
-    styles = {}
+    styles: dict[str, str] = {}
     for i in range(1, depth + 1):
         styles |= {f"{i}.attn.{name}": COLWISE for name in ("q", "k", "v")}
         styles |= {f"{i}.attn.out": ROWWISE, f"{i}.mlp.fc1": COLWISE, f"{i}.mlp.fc2": ROWWISE}
@@ -160,7 +160,7 @@ def tp_plan(depth: int, heads: int, width: int) -> TensorParallelPlan:
 def build(preset: str, norm: str = "batch") -> ModelSpec:
     """Builds the decoder of ``preset``; ``norm`` is accepted for a uniform signature and ignored."""
     p = PRESETS[preset]
-    blocks = [Embeddings(p.vocab, p.width, p.seq_len)]
+    blocks: list[nn.Module] = [Embeddings(p.vocab, p.width, p.seq_len)]
     blocks += [DecoderBlock(p.width, p.heads) for _ in range(p.depth)]
     blocks.append(Head(p.width, p.vocab))
 

@@ -57,9 +57,10 @@ def apply_tp(blocks: nn.Sequential, plan: TensorParallelPlan, device: torch.devi
 
 def parallelize_blocks(blocks: nn.Module, styles: dict[str, str], mesh: DeviceMesh) -> nn.Module:
     """Shards the Linear layers that ``styles`` names (paths inside ``blocks``) over the 1-D ``mesh``, in place."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
-    plan = {path: ColwiseParallel() if style == COLWISE else RowwiseParallel() for path, style in styles.items()}
+    plan: dict[str, ParallelStyle] = {path: ColwiseParallel() if style == COLWISE else RowwiseParallel()
+                                      for path, style in styles.items()}
     return parallelize_module(blocks, mesh, plan)
 
 
