@@ -171,4 +171,4 @@ def test_the_example_report_is_under_2000_words_before_its_appendix_with_one_ban
     md = (out / "report.md").read_text()
     assert 300 < body_words(md) <= 2000
     assert md.count("EMULATED devices:") == 1 and md.index("## Verdict") < 400
-    assert md.count("roofline (an upper bound on speed) from NVIDIA H200 SXM") == 1  # the source said once
+    assert md.count("achievable shares of NVIDIA H200 data sheet") == 1  # the source said once
