@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import torch
 
 import models
+from bench.paths import check_writable
 from strategies import ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
 from strategies.distributed import check_backend, check_per_device_launch, check_sync_batchnorm, default_backend
 from strategies.mesh import DIMS
@@ -182,7 +182,7 @@ def resolve(config: RunConfig) -> RunConfig:
     for path, flag in ((config.out, "--out"), (config.profile and Path(config.profile) / "x", "--profile"),
                        (config.save_checkpoint, "--save-checkpoint")):
         if path:
-            _check_writable(Path(path), flag)
+            check_writable(Path(path), flag)
     if config.load_checkpoint:
         _check_checkpoint(resolved)
     return resolved
@@ -295,27 +295,3 @@ def _check_checkpoint(config: RunConfig) -> None:
         load_checkpoint(str(config.load_checkpoint), name, config.preset)
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def _check_writable(path: Path, flag: str = "--out") -> None:
-    folder = path.parent
-    existing = folder
-    while not existing.exists():
-        existing = existing.parent
-    # Permission bits say nothing to root, nor of a read-only or pseudo file system (/proc, /sys): a file is
-    # made and removed there, and an existing file opened for appending, which changes neither.
-    try:
-        if not existing.is_dir():
-            raise OSError
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError:
-        raise ConfigError(f"{flag} {path}: cannot write in {existing}") from None
-    if path.exists():
-        try:
-            if path.is_dir():
-                raise OSError
-            with path.open("ab"):
-                pass
-        except OSError:
-            raise ConfigError(f"{flag} {path}: not a writable file") from None

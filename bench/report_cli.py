@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from bench.cli_args import fail
+from bench.paths import writable_folder
 from bench.records import RecordError
+from strategies import ConfigError
 
 
 def check_output_folder(out: Path) -> None:
     """Raises RecordError, before anything is read or written, for an --out the report cannot be written in."""
-    existing = out
-    while not existing.exists():
-        existing = existing.parent
-    if existing == out and not out.is_dir():
+    if out.exists() and not out.is_dir():
         raise RecordError(f"--out {out}: a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RecordError(f"--out {out}: cannot write in {existing}")
+    try:
+        writable_folder(out)
+    except ConfigError as exc:
+        raise RecordError(f"--out {out}: {exc}") from None
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -7,7 +7,6 @@ import dataclasses
 import datetime
 import functools
 import logging
-import os
 import tempfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from bench.cli_args import comma_list, fail
 from bench.config import RunConfig, resolve
 from bench.environment import environment
 from bench.launch import threads_per_process
+from bench.paths import check_writable
 from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
@@ -110,9 +110,7 @@ def writable(path: Path) -> None:
     """ConfigError before any measuring where ``path`` cannot take the calibration (nothing is written)."""
     if path.is_dir():
         raise ConfigError(f"--out {path} is a folder; give the calibration file's path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(f"--out {path} is not writable")
+    check_writable(path)
 
 
 def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tuple[int, ...]) -> list[int]:
