@@ -33,10 +33,10 @@ def check_writable(path: Path, flag: str = "--out") -> None:
         writable_folder(path.parent)
     except ConfigError as exc:
         raise ConfigError(f"{flag} {path}: {exc}") from None
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder, not a file")
     if path.exists():
         try:
-            if path.is_dir():
-                raise OSError
             with path.open("ab"):
                 pass
         except OSError:

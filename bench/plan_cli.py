@@ -15,12 +15,14 @@ from tqdm import tqdm
 from bench.cli_args import comma_list, fail
 from bench.config import RunConfig
 from bench.environment import environment
+from bench.labels import run_label
+from bench.paths import check_writable
 from bench.planner.commands import commands
 from bench.planner.measure import Measured, first_pick_in_measured_tie, measure, rank_correlation
 from bench.planner.search import Candidate, PlanResult, search, tied_with_first, why_slower
 from bench.planner.space import SearchSpace
 from bench.predict.calibration import Calibration
-from bench.predict.cli import machine_identity, prediction_record, writable
+from bench.predict.cli import machine_identity, prediction_record
 from bench.predict.costs import CostSource
 from bench.predict.hardware import RooflineSource, profile
 from bench.records import RECORD_VERSION, append_record
@@ -83,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
         space = SearchSpace(args.model, args.preset, args.devices, args.global_batch or _default_batch(args),
                             tuple(args.strategies), tuple(args.schedules or available_schedules()),
                             tuple(args.microbatches), norm=norm, precision=args.precision if args.hardware else "fp32")
-        writable(Path(args.out))
+        check_writable(Path(args.out))
     except ConfigError as exc:
         fail("bench plan", str(exc))
     base = RunConfig(accelerator="cpu", out=args.out)  # resolved on this machine's rules, whatever its devices
@@ -193,8 +195,6 @@ def _nothing_fits(result: PlanResult, space: SearchSpace, budget: float | None) 
 
 
 def _label(c: Candidate) -> str:
-    from bench.labels import run_label
-
     return run_label(c.config.as_dict()).rsplit(" #", 1)[0]
 
 

@@ -27,6 +27,6 @@ def test_a_folder_or_a_file_under_a_file_is_refused(tmp_path: Path) -> None:
     blocker.write_text("kept")
     with pytest.raises(ConfigError, match=f"cannot write in {blocker}$"):
         check_writable(blocker / "r.jsonl")
-    with pytest.raises(ConfigError, match="not a writable file"):
+    with pytest.raises(ConfigError, match=f"--profile {tmp_path}: is a folder, not a file$"):
         check_writable(tmp_path, "--profile")
     assert blocker.read_text() == "kept"

@@ -211,8 +211,8 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
 
 
 def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(tmp_path: Path) -> None:
-    from bench.predict.cli import scenario_for
     from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
+    from bench.predict.scenario import scenario_for
 
     calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
@@ -274,8 +274,8 @@ def test_small_messages_are_timed_several_to_a_repeat() -> None:
 
 
 def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:
-    from bench.predict.cli import scenario_for
     from bench.predict.runtime import reference_configs, residuals
+    from bench.predict.scenario import scenario_for
 
     calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
     assert "hybrid" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)

@@ -30,9 +30,9 @@ from bench.fidelity.results import (
     settled,
 )
 from bench.launch import threads_per_process
-from bench.predict.cli import scenario_for
 from bench.predict.costs import CostSource
 from bench.predict.explain import GapStep, mp_twin, pipeline_gap
+from bench.predict.scenario import scenario_for
 from bench.ranks import become_rank, rank_context
 from bench.runner import step_times_ms, train
 from strategies.distributed import (

@@ -21,16 +21,16 @@ from bench.paths import check_writable
 from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
-from bench.predict.costs import CostSource, Scenario, predict_step, stage_blocks
+from bench.predict.costs import CostSource, predict_step, stage_blocks
 from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
 from bench.predict.runtime import IN_PROCESS, in_process_step_ms, reference_batches, reference_configs, residuals
+from bench.predict.scenario import scenario_for
 from bench.predict.serves import knob_mismatch, nearest_count_notes
 from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import RECORD_VERSION, append_record
 from bench.runner import optimizer_choice
 from strategies import ConfigError, strategy_class
-from strategies.mesh import MeshLayout
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def calibrate_main(args: argparse.Namespace) -> int:
         if min(args.devices) < 1 or min(args.microbatches) < 1 or args.repeats < 1 or args.groups < 1:
             raise ConfigError(f"--devices, --microbatches, --repeats and --groups must be at least 1, got "
                               f"{args.devices}, {args.microbatches}, {args.repeats} and {args.groups}")
-        writable(Path(args.out))
+        check_writable(Path(args.out))
     except (ConfigError, OSError) as exc:
         fail("bench calibrate", str(exc))
     calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20, args.repeats,
@@ -104,13 +104,6 @@ def calibrate_main(args: argparse.Namespace) -> int:
     calibration.save(Path(args.out))
     print(f"calibration: {config.model}/{config.preset} on {calibration.machine['hostname']} -> {args.out}")
     return 0
-
-
-def writable(path: Path) -> None:
-    """ConfigError before any measuring where ``path`` cannot take the calibration (nothing is written)."""
-    if path.is_dir():
-        raise ConfigError(f"--out {path} is a folder; give the calibration file's path")
-    check_writable(path)
 
 
 def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tuple[int, ...]) -> list[int]:
@@ -182,34 +175,6 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
         reference_ms |= in_process_step_ms(references)
     overlap = reference_ms.pop("overlap")
     return Communication(curves, overlap=overlap), (references, reference_ms)
-
-
-def scenario_for(config: RunConfig) -> Scenario:
-    """The cost-relevant options of a resolved run configuration."""
-    import torch
-
-    if config.strategy == "dp" and config.accelerator == "cuda":
-        raise ValueError("no cost model for nn.DataParallel on GPUs (its scatter, replicas and gather per step)")
-    blocks: list[int] = []
-    pairs: list[int] = []
-    layers: list[int] = []
-    if config.strategy == "tp":
-        with torch.device("meta"):
-            plan = models.build_model(config.model, config.preset, config.norm).tp_plan
-        styles = plan.styles if plan else {}
-        rowwise = [int(path.split(".")[0]) for path, style in styles.items() if style == "rowwise"]
-        blocks = sorted({int(path.split(".")[0]) for path in styles})
-        pairs = [rowwise.count(b) for b in blocks]
-        layers = [sum(int(path.split(".")[0]) == b for path in styles) for b in blocks]
-    dp, pp = config.dp, config.pp
-    if config.strategy == "hybrid":
-        layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
-        if layout.dp_shard > 1 or layout.tp > 1:
-            raise ValueError("no cost model for hybrid with --dp-shard or --tp yet (dp x pp only)")
-        dp, pp = layout.dp, layout.pp
-    return Scenario(config.strategy, config.devices, config.batch_size, config.microbatches, config.schedule,
-                    config.stages_per_rank, config.balance, config.bucket_cap_mb, config.reshard_after_forward,
-                    dp, pp, tuple(blocks), tuple(pairs), tuple(layers))
 
 
 def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from bench.cli_args import fail
-from bench.predict.cli import writable
+from bench.paths import check_writable
 from bench.records import append_record
 from strategies import ConfigError
 
@@ -20,7 +20,7 @@ def published_main(args: argparse.Namespace, default_out: str) -> int:
     out = args.out or default_out
     try:
         rows = read_rows(Path(args.published))
-        writable(Path(out))
+        check_writable(Path(out))
     except (OSError, ValueError, ConfigError) as exc:
         fail("bench predict", f"--published {args.published}: {getattr(exc, 'strerror', None) or exc}")
     if not rows:

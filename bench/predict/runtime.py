@@ -26,6 +26,7 @@ from bench.config import RunConfig, resolve
 from bench.predict.calibration import Calibration, RuntimeOverheads
 from bench.predict.costs import predict_step
 from bench.predict.memory import optimizer_states
+from bench.predict.scenario import scenario_for
 from strategies import ConfigError
 
 MICROBATCHES = 4
@@ -71,7 +72,6 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
               step_ms: dict[str, float]) -> RuntimeOverheads:
     """Each reference run's measured median step (``step_ms``) less what ``calibration`` predicts for it
     with the residuals found so far, over its unit; never below zero (a runtime gives no time back)."""
-    from bench.predict.cli import scenario_for  # cli calls this module
 
     found = RuntimeOverheads()
     for name in REFERENCE_STRATEGIES:
