@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.comm import mean_bytes
 from bench.config import RunConfig
 from bench.devices import peak_flops_per_s
 from bench.disturbance import gpu_tenants, judge, machine_cores
@@ -138,6 +139,9 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
         "peak_mem_bytes": [b for r in result.ranks for b in r.peak_mem_bytes],
         "peak_mem_source": result.ranks[0].peak_mem_source,
         **_memory_by_kind(result),
+        # what each rank handed to gloo/NCCL in its last warm-up step (bench/comm.py); None: not counted
+        "comm_bytes_per_step": [r.comm_bytes for r in result.ranks],
+        "comm_bytes_per_step_mean": mean_bytes([r.comm_bytes for r in result.ranks]),
         # --profile: each rank's torch.profiler trace; those steps carry the profiler's overhead.
         "profile_traces": [r.trace for r in result.ranks if r.trace] or None,
         "losses": losses,

@@ -6,6 +6,7 @@ import logging
 import os
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 import models
 from bench.checkpoint import load_checkpoint, save_checkpoint
+from bench.comm import StepBytes
 from bench.config import RunConfig
 from bench.disturbance import RankLoad, close_window
 from bench.failures import note_step
@@ -57,6 +59,8 @@ class RankStats:
     memory_error: str | None = None
     trace: str | None = None
     """This rank's torch.profiler trace (``--profile``)."""
+    comm_bytes: int | None = None
+    """Bytes this rank handed to the communication backend in its last warm-up step (bench/comm.py)."""
     pid: int = field(default_factory=os.getpid)
 
 
@@ -187,11 +191,16 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     profiled = min(PROFILED_STEPS, config.steps)
     trace = profile_path(config.profile, run_label(config.as_dict()), topo.rank) if config.profile else None
     profiler = step_profiler(trace, config.warmup + config.steps - profiled, profiled, topo.devices[0].type == "cuda")
+    # counted where nothing is timed, and not beside --profile's own profiler
+    counted_step = config.warmup - 1 if trace is None and run.topology.world_size > 1 else None
+    comm = StepBytes()
     with profiler:
         for step, (inputs, targets) in enumerate(batches):
-            _one_step(run, config, step, inputs, targets, memory, fault, stats)
+            with comm.counting(topo.devices[0].type == "cuda") if step == counted_step else nullcontext():
+                _one_step(run, config, step, inputs, targets, memory, fault, stats)
             if trace is not None:
                 profiler.step()
+    stats.comm_bytes = comm.bytes
     stats.trace = str(trace) if trace is not None else None
     stats.load = close_window()
     stats.memory_by_kind, stats.memory_error = memory.peaks, memory.error

@@ -86,6 +86,8 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "peak_mem_source": record["peak_mem_source"],
         "peak_mem_mib_per_device": max(peaks) / 2**20,
         **_memory_by_kind_mib(record.get("memory_by_kind")),
+        # bench/comm.py: floating-point payload each rank handed to gloo/NCCL in one step (mean over ranks)
+        "comm_mib_per_step": _mib(record.get("comm_bytes_per_step_mean")),
         "mfu": record.get("mfu") if record.get("mfu") is not None else float("nan"),
         "emulated": bool(record["emulated"]),
         "oversubscribed": bool(record.get("oversubscribed")),
@@ -298,3 +300,7 @@ def _benchmark_json(path: Path) -> list[dict[str, Any]]:
         return [b["extra_info"]["record"] for b in benchmarks if "record" in (b.get("extra_info") or {})]
     except (OSError, json.JSONDecodeError, TypeError, AttributeError, KeyError) as exc:
         raise RecordError(f"cannot read benchmark JSON {path}: {type(exc).__name__}: {exc}") from None
+
+
+def _mib(count: float | None) -> float:
+    return count / 2**20 if count is not None else float("nan")

@@ -172,3 +172,13 @@ def test_the_example_report_is_under_2000_words_before_its_appendix_with_one_ban
     assert 300 < body_words(md) <= 2000
     assert md.count("EMULATED devices:") == 1 and md.index("## Verdict") < 400
     assert md.count("achievable shares of NVIDIA H200 data sheet") == 1  # the source said once
+
+
+def test_the_throughput_table_shows_the_bytes_each_rank_communicates_per_step(tmp_path: Path) -> None:
+    ddp = [dict(r, comm_bytes_per_step_mean=3 * 2**20) for r in repeated("ddp", 2, 90.0)]
+    md, _ = _report(tmp_path, repeated("single", 1, 100.0) + ddp)
+    header, single, two = (line for line in md.splitlines() if line.startswith(("| panel | devices", "| mlp/small")))
+    column = [c.strip() for c in header.split("|")].index("comm MiB/step")
+    assert [c.strip() for c in two.split("|")][column] == "3"
+    assert [c.strip() for c in single.split("|")][column] == ""  # one process: nothing counted
+    assert "comm MiB/step" in md

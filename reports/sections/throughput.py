@@ -17,7 +17,9 @@ TEXT = (
     "side in each round: it cancels the drift between rounds that the samples/s medians keep, so two rows can "
     "order differently by speed-up and by samples/s; read a difference only where the intervals do not overlap. "
     "Efficiency is speed-up / devices; `dp x pp x tp` is the mesh; tracked MiB is the largest device's tracked "
-    "peak (Memory). Communication bytes per step are not in the records yet.")
+    "peak (Memory); comm MiB/step is the floating-point payload each rank handed to gloo or NCCL in one "
+    "warm-up step, counted from torch.profiler's record of the backend's calls (receives left out; the mean over "
+    "ranks; blank for one process).")
 
 
 def mesh(row: dict) -> str:
@@ -48,7 +50,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
             "samples/s per device": r["samples_per_s"] / r["devices"],
             "speed-up": with_interval(r["speedup"], r["speedup_low"], r["speedup_high"]),
             "efficiency": r["efficiency"], "step ms": r["step_time_ms"],
-            "tracked MiB": r.get("mem_total_mib", float("nan")), "repeats": r["repeats"],
+            "tracked MiB": r.get("mem_total_mib", float("nan")),
+            "comm MiB/step": r.get("comm_mib_per_step", float("nan")), "repeats": r["repeats"],
             "disturbed": r["disturbed_runs"], "verified": r["verified"], "emulated": r["emulated"]})
     frame = pd.DataFrame(rows)
     if "baseline" in runs and (runs["baseline"] != "single").any():
