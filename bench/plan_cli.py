@@ -65,6 +65,9 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
     measure.add_argument("--repeats", type=int, default=3, help="runs of each measured candidate (default: 3)")
     measure.add_argument("--steps", type=int, default=6, help="timed steps of each run (default: 6)")
     measure.add_argument("--warmup", type=int, default=2, help="untimed steps of each run (default: 2)")
+    measure.add_argument("--verify-steps", type=int, default=3,
+                         help="steps of bench verify's check of each measured candidate against single on the tiny "
+                              "preset (0: no check; default: 3)")
     measure.add_argument("--run-timeout-s", type=float, default=600.0, help="limit per run (default: 600)")
     measure.add_argument("--measured-out", default=None,
                          help="the measured runs' records (default: beside --out, <stem>-measured.jsonl)")
@@ -105,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
         if rank + 1 in measured:
             m = measured[rank + 1]
             record.update(measured_samples_per_s=m.median, measured_interval=m.interval,
-                          measured_repeats=len(m.samples_per_s))
+                          measured_repeats=len(m.samples_per_s), verified=m.verified, verify=m.verdict)
         append_record(args.out, record)
     print(f"  -> {args.out}")
     return 0
@@ -118,7 +121,7 @@ def _measure(result: PlanResult, args: argparse.Namespace) -> dict[int, Measured
     if ddp is not None and ddp not in chosen:
         chosen.append(ddp)
     out = Path(args.measured_out or Path(args.out).with_name(Path(args.out).stem + "-measured.jsonl"))
-    measured = measure(chosen, out, args.repeats, args.steps, args.warmup, args.run_timeout_s)
+    measured = measure(chosen, out, args.repeats, args.steps, args.warmup, args.run_timeout_s, args.verify_steps)
     ranks = {id(c): i + 1 for i, c in enumerate(result.ranked)}
     by_rank = {ranks[id(m.candidate)]: m for m in measured}
     ran = [m for m in measured if m.median is not None]
@@ -129,7 +132,8 @@ def _measure(result: PlanResult, args: argparse.Namespace) -> dict[int, Measured
         interval = f"[{m.interval[0]:.1f}, {m.interval[1]:.1f}]" if m.interval else "(one repeat)"
         place = f"measured #{order.index(m) + 1}" if m in order else "no undisturbed run"
         print(f"    predicted #{ranks[id(m.candidate)]:<3} {_label(m.candidate):<40} predicted "
-              f"{m.candidate.samples_per_s:10.1f}  measured {m.median or float('nan'):10.1f} {interval}  {place}")
+              f"{m.candidate.samples_per_s:10.1f}  measured {m.median or float('nan'):10.1f} {interval}  {place}, "
+              f"verify: {m.verified}")
     inside = first_pick_in_measured_tie([by_rank[k] for k in sorted(by_rank)])
     print(f"  rank correlation, predicted vs measured: "
           f"{'n/a' if correlation is None else f'{correlation:.2f}'}; the first pick "

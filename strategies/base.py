@@ -126,6 +126,9 @@ class Strategy(ABC):
     from one device's by construction; micro-batches split it too, whatever the strategy."""
     needs_gpus: ClassVar[bool] = False
     """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
+    min_mesh_dims: ClassVar[int] = 1
+    """For a strategy that reads ``MeshOptions``: the fewest mesh dimensions beyond degree 1 that make it
+    more than another registered strategy (bench plan weighs no mesh below)."""
 
     def __init__(self, run: RunOptions) -> None:
         self.run = run

@@ -78,6 +78,7 @@ class HybridStrategy(Strategy):
     splits_the_batch = True
     launch = Launch.PER_DEVICE
     min_devices = 4
+    min_mesh_dims = 2  # one dimension alone is ddp, fsdp, pp or tp
     description = ("N-D DeviceMesh: --dp replicas x --dp-shard FSDP x --pp pipeline x --tp tensor parallel "
                    "(default dp x pp, pp 2)")
     reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions, MeshOptions, BucketOptions)

@@ -46,8 +46,10 @@ def test_each_strategy_gets_the_axes_of_the_groups_it_reads() -> None:
     assert sorted((c.schedule, c.stages_per_rank) for c in by_strategy["pp"]) == sorted(
         [("gpipe", 1)] * 2 + [("1f1b", 1)] * 2 + [("interleaved-1f1b", 2)] * 2)
     meshes = {(c.dp, c.dp_shard, c.pp, c.tp) for c in by_strategy["hybrid"]}
-    assert len(meshes) == len(factorisations(4, 4)) == 10
-    assert (1, 2, None, 2) not in meshes and (1, 2, 1, 2) in meshes  # every degree that multiplies to 4
+    # every degree that multiplies to 4, less the 4 meshes of one dimension (ddp, fsdp, pp or tp alone)
+    assert len(meshes) == len(factorisations(4, 4)) - 4 == 6
+    assert (1, 2, None, 2) not in meshes and (1, 2, 1, 2) in meshes
+    assert (4, None, 1, None) not in meshes and (1, None, 4, None) not in meshes
 
 
 def test_a_strategy_defined_here_is_searched_with_its_own_axes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,6 +82,14 @@ def test_the_search_ranks_what_fits_prunes_the_rest_and_counts_why() -> None:
     assert [c.config.strategy for c in result.too_big] == ["tp"]
     assert result.unpredicted == {"no cost model for strategy 'zero1'": 1}
     assert result.weighed == 5 and not result.refused  # single (at most 1 device) is not generated on 4
+
+
+def test_a_strategy_that_only_fakes_its_devices_on_a_cpu_is_not_weighed_there() -> None:
+    # nn.DataParallel without GPUs is one module call on one device: ranked, it came first at "4 devices"
+    result = search(space(strategies=("dp", "ddp")), BASE, object(), "fake",  # type: ignore[arg-type]
+                    fake_predict({"dp": 1.0, "ddp": 10.0}, {"dp": 1.0, "ddp": 1.0}), None)
+    assert [c.config.strategy for c in result.ranked] == ["ddp"]
+    assert result.refused == {"dp without GPUs runs on one device (a pass-through)": 1}
 
 
 def test_a_candidate_the_runner_refuses_is_refused_with_the_runners_own_words() -> None:

@@ -72,6 +72,17 @@ def test_verify_passes_a_right_strategy_and_fails_a_wrong_lr_or_a_skipped_reduct
     assert rows["twins-lr-rank1"]["max_loss_diff"] > 1e-5
 
 
+def test_a_planned_candidate_is_verified_at_its_own_batch_and_a_broken_one_fails(twins: None, tmp_path: Path) -> None:
+    # bench plan --measure: the verdict on each measured candidate's class of run (small preset, batch 48)
+    def planned(strategy: str) -> RunConfig:
+        return RunConfig(strategy=strategy, model="mlp", preset="small", devices=2, batch_size=48, steps=6,
+                         out=str(tmp_path / "measured.jsonl"))
+
+    right, broken = (verify.verify_run(planned(s), steps=2, timeout_s=60) for s in ("twins", "twins-lr-rank1"))
+    assert right["passed"] is True and right["max_param_diff"] < 1e-5, right
+    assert broken["passed"] is False and broken["max_param_diff"] > 1e-4, broken
+
+
 def _rows(path: Path) -> list[dict]:
     return read_records(path)[0]
 

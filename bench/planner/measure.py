@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from bench.config import RunConfig
 from bench.plan import PlannedRun, SweepConfig, run_key
@@ -16,6 +19,7 @@ from bench.planner.search import Candidate
 from bench.records import read_records
 from bench.stats import bootstrap_interval
 from bench.sweep import execute
+from bench.verify import verify_run
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,13 @@ class Measured:
     candidate: Candidate
     predicted_rank: int
     samples_per_s: list[float]
+    verdict: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``bench verify``'s on the candidate's class of run (bench.verify.verify_run); empty if not checked."""
+
+    @property
+    def verified(self) -> str:
+        passed = self.verdict.get("passed", "unchecked")
+        return {True: "pass", False: "FAIL", None: "skipped", "unchecked": "not checked"}[passed]
 
     @property
     def median(self) -> float | None:
@@ -37,15 +48,18 @@ class Measured:
 
 
 def measure(chosen: list[Candidate], out: Path, repeats: int, steps: int, warmup: int,
-            timeout_s: float) -> list[Measured]:
-    """Runs every chosen candidate ``repeats`` times into ``out`` (a sweep's file: rows already there count)."""
+            timeout_s: float, verify_steps: int = 3) -> list[Measured]:
+    """Runs every chosen candidate ``repeats`` times into ``out`` (a sweep's file: rows already there count), and
+    ``bench verify``'s check of each against ``single`` (``verify_steps`` 0: none)."""
     configs = [dataclasses.replace(c.config, out=str(out), steps=steps, warmup=warmup) for c in chosen]
     sweep = SweepConfig(strategies=tuple({c.strategy for c in configs}), models=(configs[0].model,),
                         devices=(configs[0].devices,), base=configs[0], repeats=repeats, run_timeout_s=timeout_s)
     runs = [PlannedRun(dataclasses.replace(c, repeat=r)) for r in range(repeats) for c in configs]
     execute(sweep, runs)
-    return [Measured(candidate, rank, _samples_per_s(out, config))
-            for rank, (candidate, config) in enumerate(zip(chosen, configs, strict=True), start=1)]
+    verdicts = [verify_run(c.config, verify_steps, timeout_s) if verify_steps else {}
+                for c in tqdm(chosen, desc="verify", unit="candidate", file=sys.stderr, disable=None)]
+    return [Measured(candidate, rank, _samples_per_s(out, config), verdict)
+            for rank, (candidate, config, verdict) in enumerate(zip(chosen, configs, verdicts, strict=True), start=1)]
 
 
 def _samples_per_s(out: Path, config: RunConfig) -> list[float]:

@@ -18,7 +18,7 @@ from typing import Any
 from bench.config import RunConfig, resolve
 from bench.planner.space import SearchSpace, candidates
 from bench.predict.costs import CostSource
-from strategies import ConfigError
+from strategies import STRATEGIES, ConfigError
 
 Predict = Callable[[CostSource, RunConfig, str], dict[str, Any]]
 """How a resolved configuration becomes a record of kind ``prediction`` (bench.predict's)."""
@@ -91,6 +91,9 @@ def search(space: SearchSpace, base: RunConfig, source: CostSource, label: str, 
             resolved = resolve(checked)
         except ConfigError as exc:
             result.refused[_reason(str(exc))] += 1
+            continue
+        if STRATEGIES[resolved.strategy].needs_gpus and resolved.accelerator != "cuda":
+            result.refused[f"{resolved.strategy} without GPUs runs on one device (a pass-through)"] += 1
             continue
         key = json.dumps({k: v for k, v in sorted(resolved.as_dict().items()) if k != "out"})
         if key in seen:

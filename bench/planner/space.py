@@ -86,7 +86,8 @@ def candidates(space: SearchSpace, base: RunConfig) -> Iterator[RunConfig]:
             continue
         meshes: list[dict[str, int | None]] = [{}]
         if MeshOptions in cls.reads:
-            meshes = list(_mesh_axis(space.devices))
+            meshes = [m for m in _mesh_axis(space.devices)
+                      if sum(1 for degree in m.values() if (degree or 1) > 1) >= cls.min_mesh_dims]
         reshards = [{"reshard_after_forward": r} for r in (True, False)] if FSDPOptions in cls.reads else [{}]
         for mesh in meshes:
             pipelined = SplitOptions in cls.reads and (mesh.get("pp") or space.devices) > 1
