@@ -65,7 +65,8 @@ class StepBytes:
             with _quiet_stderr():
                 profiler.stop()
                 # the events with their dtypes: FunctionEvent gained dtypes only after torch 2.11
-                events = [(e.name(), e.shapes(), e.dtypes()) for e in profiler.profiler.kineto_results.events()]
+                recorded = profiler.profiler.kineto_results if profiler.profiler else None
+                events = [(e.name(), e.shapes(), e.dtypes()) for e in (recorded.events() if recorded else [])]
         self.bytes = counted_bytes(events)
 
 

@@ -1,10 +1,13 @@
-"""Peak FLOP/s of known GPUs, for MFU (clocks and memory: strategies/devices.py)."""
+"""Peak FLOP/s of known GPUs, for MFU and the predictor's GPU profiles (bench/predict/profiles.py): the one
+data-sheet table (clocks and memory: strategies/devices.py). Imports no torch: the published checks read it."""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # Dense peak FLOP/s from the vendors' data sheets (the sparse figures halved), by precision. MFU is
 # left out where the device is not in this table: a made-up peak would make a made-up MFU. The
@@ -48,5 +51,7 @@ def peak_flops_per_s(device: torch.device, precision: str) -> float | None:
     """The data-sheet peak for this GPU and precision, or None where it is not known (and on CPUs)."""
     if device.type != "cuda":
         return None
+    import torch
+
     part = gpu_part(torch.cuda.get_device_name(device))
     return PEAK_FLOPS[part].get(precision) if part is not None else None

@@ -167,26 +167,34 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
 
 def verify_run(run: RunConfig, steps: int, timeout_s: float) -> dict[str, Any]:
     """``bench verify``'s verdict on the class of ``run`` (bench plan's measured candidates): the same strategy,
-    devices, mesh, schedule and micro-batches, on the model's tiny preset in fp32 at the run's global batch,
-    against ``single`` at that batch; the row's verdict fields."""
+    devices, mesh, schedule and micro-batches, in fp32 at the run's global batch, against ``single`` at that
+    batch, on the model's tiny preset, or on the run's own where the tiny one cannot take the split (fewer
+    blocks than stages); the row's verdict fields."""
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         folder = Path(tmp)
         reference = dataclasses.replace(reference_config(run.model, folder, steps), batch_size=run.batch_size,
                                         save_checkpoint=str(folder / "single.pt"))
-        try:
-            want = resolve(reference)
-            got = resolve(dataclasses.replace(
-                run, preset="tiny", norm="group", steps=steps, warmup=0, seed=0, out=reference.out, precision="fp32",
-                channels_last=False, compile=False, profile=None, repeat=0, save_checkpoint=str(folder / "got.pt")))
-        except ConfigError as exc:
-            return {"passed": None, "reason": f"skipped: {exc}"}
+        refusal = None
+        for preset in dict.fromkeys(("tiny", run.preset)):
+            try:
+                want = resolve(dataclasses.replace(reference, preset=preset))
+                got = resolve(dataclasses.replace(
+                    run, preset=preset, norm="group", steps=steps, warmup=0, seed=0, out=reference.out,
+                    precision="fp32", channels_last=False, compile=False, profile=None, repeat=0,
+                    save_checkpoint=str(folder / "got.pt")))
+                break
+            except ConfigError as exc:
+                refusal = exc
+        else:
+            return {"passed": None, "reason": f"skipped: {refusal}"}
         for config in (want, got):
             ended = run_child(config, timeout_s)
             if ended.status != "ok":
                 return {"passed": False, "reason": f"{config.strategy} {ended.status}: {ended.reason}"}
         records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
         param_diff, loss_diff, passed = compare(got, want, records)
-    return {"passed": passed, "max_param_diff": param_diff, "max_loss_diff": loss_diff, **checked_class(got)}
+    return {"passed": passed, "max_param_diff": param_diff, "max_loss_diff": loss_diff, "preset": got.preset,
+            **checked_class(got)}
 
 
 def row_label(row: dict[str, Any]) -> str:

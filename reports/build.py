@@ -23,6 +23,7 @@ from reports.sections import (
     mfu,
     pipelines,
     plan,
+    prediction_scores,
     predictions,
     published,
     throughput,
@@ -50,6 +51,7 @@ SECTIONS: list[Callable[[Context], Section | None]] = [
     plan.section,
     published.section,
     # The appendix: the evidence behind the figures above.
+    prediction_scores.section,
     verification.section,
     fidelity.section,
     traces.section,

@@ -87,7 +87,7 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "peak_mem_mib_per_device": max(peaks) / 2**20,
         **_memory_by_kind_mib(record.get("memory_by_kind")),
         # bench/comm.py: floating-point payload each rank handed to gloo/NCCL in one step (mean over ranks)
-        "comm_mib_per_step": _mib(record.get("comm_bytes_per_step_mean")),
+        "comm_mib_per_step": float("nan" if (comm := record.get("comm_bytes_per_step_mean")) is None else comm) / 2**20,
         "mfu": record.get("mfu") if record.get("mfu") is not None else float("nan"),
         "emulated": bool(record["emulated"]),
         "oversubscribed": bool(record.get("oversubscribed")),
@@ -111,6 +111,9 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         **{f"predicted_{part}_ms": (record.get("prediction") or {}).get(f"predicted_{part}_ms")
            for part in ("compute", "exposed_comm", "update")},
         "predicted_bubble": (record.get("prediction") or {}).get("predicted_bubble"),
+        "predicted_memory_by_kind": (record.get("prediction") or {}).get("predicted_memory_by_kind"),
+        # True: this configuration's timings entered the calibration that predicted it (in-sample)
+        "prediction_fitted": (record.get("prediction") or {}).get("fitted"),
         "update_ms": fields.get("update_ms"),
         "prediction_error": record.get("prediction_error"),
     }
@@ -146,14 +149,14 @@ def load(paths: list[Path]) -> Results:
         for r in records if r.get("kind", "run") == "run" and r["status"] != "ok"
     ]
     verify = [r for r in records if r.get("kind") == "verify"]
-    fidelity = _frame([fidelity_row(r) for r in records if r.get("kind") == "fidelity" and r["status"] == "ok"])
+    fidelity = pd.DataFrame([fidelity_row(r) for r in records if r.get("kind") == "fidelity" and r["status"] == "ok"])
     if not fidelity.empty:
         # A rerun of `bench fidelity` into the same file supersedes its earlier figures from the same machine.
         fidelity = fidelity.drop_duplicates(subset=["name", "model", "machine"], keep="last").reset_index(drop=True)
-    predictions = _frame([prediction_row(r) for r in records if _kind(r) == "prediction"])
-    published = _frame([published_row(r) for r in records if _kind(r) == "published"])
-    plans = _frame([plan_row(r) for r in records if _kind(r) == "plan"])
-    return Results(_frame(runs), _frame(failures), _frame(verify), records, bad, fidelity=fidelity,
+    predictions = pd.DataFrame([prediction_row(r) for r in records if _kind(r) == "prediction"])
+    published = pd.DataFrame([published_row(r) for r in records if _kind(r) == "published"])
+    plans = pd.DataFrame([plan_row(r) for r in records if _kind(r) == "plan"])
+    return Results(pd.DataFrame(runs), pd.DataFrame(failures), pd.DataFrame(verify), records, bad, fidelity=fidelity,
                    predictions=predictions, published=published, plans=plans)
 
 
@@ -251,18 +254,15 @@ def fidelity_row(record: dict[str, Any]) -> dict[str, Any]:
         "measured": _fidelity_figure(record),
         "target": record["target"],
         # None: a figure shown for information, held to no target.
-        "met": "-" if met is None else ("yes" if met else "no") + _unsettled(record),
+        # an interval that crosses the target's bound: the rounds did not decide it
+        "met": "-" if met is None else ("yes" if met else "no") + (
+            " (not settled: its interval crosses the target)" if record.get("settled") is False else ""),
         "machine": _machine(record),
         "emulated": bool(record["emulated"]),
         "held_to_target": met is not None,
         "share_of_ideal": record.get("share_of_ideal"),
         "predicted_steps": record.get("predicted_steps"),
     }
-
-
-def _unsettled(record: dict[str, Any]) -> str:
-    """What a verdict whose interval crosses its target's bound adds: the rounds did not decide it."""
-    return " (not settled: its interval crosses the target)" if record.get("settled") is False else ""
 
 
 # The figures of a comparison, for records written before they carried their own ``figure`` text.
@@ -288,10 +288,6 @@ def _machine(record: dict[str, Any]) -> str:
     return f"{env.get('hostname', 'unknown host')}, {record['accelerator']} ({what})"
 
 
-def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(rows)
-
-
 def _benchmark_json(path: Path) -> list[dict[str, Any]]:
     """Run records carried in a pytest-benchmark JSON file (``extra_info['record']`` of each benchmark)."""
     try:
@@ -300,7 +296,3 @@ def _benchmark_json(path: Path) -> list[dict[str, Any]]:
         return [b["extra_info"]["record"] for b in benchmarks if "record" in (b.get("extra_info") or {})]
     except (OSError, json.JSONDecodeError, TypeError, AttributeError, KeyError) as exc:
         raise RecordError(f"cannot read benchmark JSON {path}: {type(exc).__name__}: {exc}") from None
-
-
-def _mib(count: float | None) -> float:
-    return count / 2**20 if count is not None else float("nan")

@@ -5,6 +5,10 @@ repeats, minus 1: positive means the prediction was pessimistic. Every predicted
 Beside it, how far the measurement strays from itself: its repeats' largest distance from their median
 (``repeats stray``), and whether the prediction falls inside the repeats' range. An error no larger
 than the repeats' own stray cannot be told from the measurement's noise.
+
+A configuration whose own timings entered the calibration (one of its reference runs, bench/predict/runtime.py)
+is ``fitted``: its error is in-sample. The summaries headline the ``held out`` configurations and show the
+fitted ones apart (``unknown``: a calibration file that predates the distinction).
 """
 
 from __future__ import annotations
@@ -28,16 +32,29 @@ def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
                              / data["step_time_ms"])
     data["within repeats"] = (data["predicted_step_time_ms"] >= low) & (data["predicted_step_time_ms"] <= high)
     data["measured range ms"] = [f"{a:.3g}-{b:.3g}" for a, b in zip(low, high, strict=True)]
+    fitted = data["prediction_fitted"] if "prediction_fitted" in data else pd.Series(None, index=data.index)
+    data["timings"] = [SAMPLES[bool(f)] if f in (True, False) else "unknown" for f in fitted]
     table = data.sort_values(["panel", "devices", "variant"])[
-        ["panel", "devices", "variant", "global_batch", "step_time_ms", "measured range ms",
+        ["panel", "devices", "variant", "global_batch", "timings", "step_time_ms", "measured range ms",
          "predicted_step_time_ms", "error", "repeats stray", "within repeats", "emulated"]]
     return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
 
 
+SAMPLES = {False: "held out", True: "fitted"}
+"""What ``timings`` says of a configuration: whether its own timings entered the calibration."""
+
+
+def headline(errors: pd.DataFrame) -> pd.DataFrame:
+    """The configurations a summary headlines: the held-out ones, or every one where none is known to be."""
+    held_out = errors[errors["timings"] != "fitted"]
+    return held_out if not held_out.empty else errors
+
+
 def error_by_strategy(errors: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy: how many configurations were predicted, the median and the largest |error|."""
+    """Per strategy, over the headlined configurations: how many, the median and the largest |error|."""
     if errors.empty:
         return errors
+    errors = headline(errors)
     strategy = runs.set_index("variant")["strategy"].to_dict()
     data = errors.assign(strategy=[strategy.get(v, v) for v in errors["variant"]], abs_error=errors["error"].abs())
     table = data.groupby("strategy")["abs_error"].agg(["count", "median", "max"]).reset_index()
@@ -45,16 +62,21 @@ def error_by_strategy(errors: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def error_by_devices(errors: pd.DataFrame) -> pd.DataFrame:
-    """Per device count, then over all: how many configurations, the median and the largest |error|."""
+    """Per kind of timings (held out first), per device count, then over all: how many configurations, the
+    median and the largest |error|."""
     if errors.empty:
         return errors
     data = errors.assign(abs_error=errors["error"].abs())
-    groups = [(str(devices), group) for devices, group in data.groupby("devices", sort=True)]
-    return pd.DataFrame([_summary(name, group) for name, group in [*groups, ("all", data)]])
+    rows = []
+    for timings in ("held out", "unknown", "fitted"):
+        part = data[data["timings"] == timings]
+        groups = [(str(devices), group) for devices, group in part.groupby("devices", sort=True)]
+        rows += [_summary(timings, name, group) for name, group in [*groups, ("all", part)] if not group.empty]
+    return pd.DataFrame(rows)
 
 
-def _summary(devices: str, group: pd.DataFrame) -> dict[str, Any]:
-    row: dict[str, Any] = {"devices": devices, "configurations": len(group),
+def _summary(timings: str, devices: str, group: pd.DataFrame) -> dict[str, Any]:
+    row: dict[str, Any] = {"timings": timings, "devices": devices, "configurations": len(group),
                               "median |error|": group["abs_error"].median(), "max |error|": group["abs_error"].max()}
     if "repeats stray" in group:  # the measurement's own noise, the floor an error is read against
         row["median repeats stray"] = group["repeats stray"].median()

@@ -21,6 +21,7 @@ RECORD_FIELDS = {
     "peak_mem_bytes", "peak_mem_source", "losses", "loss_first", "loss_last", "flops_per_sample",
     "achieved_flops_per_s", "peak_flops_per_s_per_device", "mfu", "strategy_fields", "env", "deterministic",
     "restart_count", "precision", "peak_flops_source", "skipped_steps", "memory_by_kind", "memory_by_kind_source",
+    "comm_bytes_per_step", "comm_bytes_per_step_mean",
     "disturbed", "disturbed_reason", "machine_load", "profile_traces",
 }
 ENV_FIELDS = {

@@ -165,6 +165,9 @@ class Calibration:
     """Per count of processes computing at once on this machine, how much slower each one's compute runs
     than alone (shared cores and memory bandwidth; 1.0 on separate GPUs)."""
     env: dict[str, object] = field(default_factory=dict)
+    fitted_runs: tuple[str, ...] | None = None
+    """The runs whose timings entered this calibration (bench/predict/runtime.py's reference runs, as
+    ``fitted_key`` names them): a prediction of one of them is not held out. None: a file that predates them."""
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self.threads[self._nearest(threads)].blocks
@@ -257,7 +260,8 @@ class Calibration:
             communication = {int(n): _communication(c) for n, c in data["communication"].items()}
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
                        data["backend"], data["machine"], threads, communication,
-                       {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}))
+                       {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}),
+                       tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 

@@ -20,11 +20,19 @@ from bench.launch import threads_per_process
 from bench.paths import check_writable
 from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
-from bench.predict.compute import compute_costs, slowdown
+from bench.predict.compute import Disturbed, compute_costs, slowdown
 from bench.predict.costs import CostSource, predict_step, stage_blocks
 from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
 from bench.predict.memory import optimizer_states, predict_memory
-from bench.predict.runtime import IN_PROCESS, in_process_step_ms, reference_batches, reference_configs, residuals
+from bench.predict.runtime import (
+    IN_PROCESS,
+    fitted,
+    fitted_key,
+    in_process_step_ms,
+    reference_batches,
+    reference_configs,
+    residuals,
+)
 from bench.predict.scenario import scenario_for
 from bench.predict.serves import knob_mismatch, nearest_count_notes
 from bench.predict.what_if import print_predictions, what_if_fields
@@ -99,8 +107,11 @@ def calibrate_main(args: argparse.Namespace) -> int:
         check_writable(Path(args.out))
     except (ConfigError, OSError) as exc:
         fail("bench calibrate", str(exc))
-    calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20, args.repeats,
-                            args.groups)
+    try:
+        calibration = calibrate(config, args.devices, args.microbatches, args.collective_max_mib * 2**20,
+                                args.repeats, args.groups)
+    except Disturbed as exc:
+        fail("bench calibrate", str(exc))
     calibration.save(Path(args.out))
     print(f"calibration: {config.model}/{config.preset} on {calibration.machine['hostname']} -> {args.out}")
     return 0
@@ -152,7 +163,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs.
     for d, (configs, step_ms) in references.items():
         calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
-    return calibration
+    fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
+    return dataclasses.replace(calibration, fitted_runs=fitted_runs)
 
 
 def calibration_arithmetic(precision: str) -> None:
@@ -204,6 +216,8 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
         "predicted_compute_ms": step.compute_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,
         "predicted_update_ms": step.update_ms, "predicted_bubble": step.bubble,
         "predicted_memory_by_kind": memory, "compute_source": source, "notes": step.notes,
+        # the run's own timings entered the calibration: its error is in-sample, not held out
+        "fitted": fitted(calibration, config),
         "predicted_timeline": [{"rank": s.rank, "kind": s.action.kind, "stage": s.action.stage,
                                 "microbatch": s.action.microbatch, "start_ms": s.start, "end_ms": s.end}
                                for s in step.timeline],

@@ -8,6 +8,7 @@ sweep uses (a line in the batch size fits the sizes measured).
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
@@ -16,12 +17,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from bench.disturbance import RankLoad, Snapshot, Verdict, judge, machine_cores
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from bench.processes import die_with_parent
 from bench.ranks import rank_context
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from models.spec import ModelSpec
 from strategies.devices import synchronize
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -162,7 +166,10 @@ def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, thread
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
     spec.loss_fn(spec.blocks(inputs), targets).backward()  # warm
     start.wait()
-    results.put((rank, mean_step_s(lambda: spec.loss_fn(spec.blocks(inputs), targets).backward(), seconds)))
+    before = Snapshot.now()
+    mean = mean_step_s(lambda: spec.loss_fn(spec.blocks(inputs), targets).backward(), seconds)
+    # what this worker saw of the machine meanwhile, as a run's rank notes it (bench/disturbance.py)
+    results.put((rank, mean, RankLoad.between(before, Snapshot.now())))
 
 
 def mean_step_s(step: Callable[[], object], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
@@ -178,26 +185,61 @@ def mean_step_s(step: Callable[[], object], seconds: float, clock: Callable[[], 
     return (now - began) / steps
 
 
-def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:
+TRIES = 3
+"""Measurements of a slowdown before a calibration gives up on a machine other work keeps busy."""
+
+
+class Disturbed(RuntimeError):
+    """Other processes kept the machine busy through every try of a measurement."""
+
+
+def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float,
+             tries: int = TRIES) -> float:
     """How much slower one process's forward+backward runs while ``processes`` run it at once (each
     with ``threads`` threads) than while it runs alone: what emulated devices sharing cores cost.
+
+    Each side is measured as runs are judged (bench/disturbance.py: other processes' share of the cores
+    over the window), again where other work disturbed it, and kept at its quickest undisturbed try (noise
+    only adds time): one calibration taken while another job used the cores said 1.905 for 2 processes
+    where the quiet machine's said 1.015, and every multi-process prediction followed it. ``Disturbed``
+    where every try was disturbed.
 
     Never less than the processes' threads per core: more of them than cores cannot each run at full
     speed, and a ratio under that (or under 1) is the machine's noise (alone and together measured
     at different moments of its drift), not a speed-up."""
-    alone = _together(make_spec, batch, 1, threads, seconds)
-    together = _together(make_spec, batch, processes, threads, seconds)
+    alone = _undisturbed(make_spec, batch, 1, threads, seconds, tries)
+    together = _undisturbed(make_spec, batch, processes, threads, seconds, tries)
     return max(1.0, processes * threads / (os.cpu_count() or 1), together / alone)
 
 
-def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float) -> float:
+def _undisturbed(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float,
+                 tries: int) -> float:
+    quiet: list[float] = []
+    reason = None
+    for _ in range(tries):
+        step_s, verdict = _together(make_spec, batch, processes, threads, seconds)
+        if not verdict.disturbed:
+            quiet.append(step_s)
+            if len(quiet) == 2 or tries == 1:
+                break
+        else:
+            reason = verdict.reason
+            log.warning("slowdown of %d process(es) disturbed, measuring again: %s", processes, reason)
+    if not quiet:
+        raise Disturbed(f"{processes} process(es) computing together were disturbed in all {tries} tries "
+                        f"({reason}); calibrate on a quiet machine")
+    return min(quiet)
+
+
+def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int,
+              seconds: float) -> tuple[float, Verdict]:
     ctx = rank_context()  # forked from a server that imported torch once, not each process importing it
     start, results = ctx.Barrier(processes), ctx.Queue()
     workers = [ctx.Process(target=_busy_loop, args=(r, make_spec, batch, threads, seconds, start, results))
                for r in range(processes)]
     for w in workers:
         w.start()
-    medians = [results.get(timeout=120 + seconds)[1] for _ in workers]
+    ended = [results.get(timeout=120 + seconds) for _ in workers]
     for w in workers:
         w.join(timeout=30)
-    return statistics.median(medians)
+    return statistics.median(e[1] for e in ended), judge([e[2] for e in ended], machine_cores())

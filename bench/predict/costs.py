@@ -29,6 +29,7 @@ from typing import Protocol
 
 from bench.launch import threads_per_process
 from bench.predict.calibration import BlockCost, RuntimeOverheads
+from bench.predict.scenario import Scenario
 from strategies.action_tables import Action, SimulatedSpan, action_table, simulate, simulated_bubble
 from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
@@ -41,30 +42,6 @@ where 11 did."""
 FIRST_BUCKET_BYTES = 1024 * 1024
 """DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES): small, so the first
 all-reduce starts early in the backward."""
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """The configuration a prediction is for (the options ``bench run`` takes that change its cost)."""
-
-    strategy: str
-    devices: int
-    global_batch: int
-    microbatches: int = 1
-    schedule: str = "gpipe"
-    stages_per_rank: int = 1
-    balance: str = "even"
-    bucket_cap_mb: float = 25.0
-    reshard_after_forward: bool = True
-    dp: int | None = None
-    pp: int | None = None
-    tp_blocks: tuple[int, ...] = ()
-    """tp: the blocks its plan shards, each with one all-reduce pair per row-wise layer (``tp_pairs``)
-    and ``tp_layers`` layers the plan parallelizes."""
-    tp_pairs: tuple[int, ...] = ()
-    tp_layers: tuple[int, ...] = ()
-    threads: int | None = None
-    """The threads each process computes with; None: what the launcher gives it (bench/launch.py)."""
 
 
 @dataclass

@@ -13,7 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from bench.predict.calibration import BlockCost, RuntimeOverheads
-from bench.predict.costs import CostSource, Scenario, predict_step
+from bench.predict.costs import CostSource, predict_step
+from bench.predict.scenario import Scenario
 from strategies.schedules import ideal_speedup
 
 

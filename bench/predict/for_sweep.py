@@ -17,6 +17,7 @@ from bench.environment import environment
 from bench.predict.attach import handed_over
 from bench.predict.calibration import Calibration
 from bench.predict.cli import PREDICTED, calibrate, machine_identity, prediction_record
+from bench.predict.compute import Disturbed
 from strategies import ConfigError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,11 @@ def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, .
         calibration = _reusable(path, machine, key)
         if calibration is None:
             log.info("calibrating %s/%s on this machine -> %s", *key, path)
-            calibration = calibrate(config, devices, microbatches, _largest_message(config), repeats=5)
+            try:
+                calibration = calibrate(config, devices, microbatches, _largest_message(config), repeats=5)
+            except Disturbed as exc:  # the runs are still measured (and judged); only their predictions go
+                log.warning("%s/%s is not predicted: %s", *key, exc)
+                continue
             calibration.save(path)
         predictor.calibrations[key], predictor.sources[key] = calibration, f"calibration {path}"
     return predictor

@@ -10,7 +10,7 @@ at once (a pipeline stage holds its micro-batches in flight: all m under GPipe, 
 from __future__ import annotations
 
 from bench.predict.calibration import BlockCost
-from bench.predict.costs import Scenario
+from bench.predict.scenario import Scenario
 
 FP32 = 4
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.devices import PEAK_FLOPS
 from bench.predict.nccl import GB, Link
 
 TB = 1e12
@@ -55,12 +56,11 @@ class Gpu:
     """What the CUDA caching allocator can hand out (the part's memory less the driver's share)."""
 
 
-AMPERE = {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12}
-HOPPER_SXM = {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12}
+AMPERE = PEAK_FLOPS["A100"]
+HOPPER_SXM = PEAK_FLOPS["H100 SXM"]
 # torchtitan's H100s: 96 GB HBM2e, capped at 500 W; ../shared/published/README.md puts its peak between the SXM
-# (989.5 TFLOP/s bf16 dense, 700 W) and NVL (835, 350-400 W) parts: taken at the midpoint.
-HOPPER_500W = {k: (v + {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12, "fp16": 835e12}[k]) / 2
-               for k, v in HOPPER_SXM.items()}
+# (989.5 TFLOP/s bf16 dense, 700 W) and NVL (835.5, 350-400 W) parts: taken at the midpoint.
+HOPPER_500W = {k: (v + PEAK_FLOPS["H100 NVL"][k]) / 2 for k, v in HOPPER_SXM.items()}
 
 GPUS = {
     "a100-sxm-40gb": Gpu("A100 SXM 40GB", AMPERE, 1.555 * TB, 40 * GIB, "ampere", NVLINK3,

@@ -21,6 +21,7 @@ zero1 and tp than predicted on the 2-core VM.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from bench.config import RunConfig, resolve
 from bench.predict.calibration import Calibration, RuntimeOverheads
@@ -39,6 +40,23 @@ IN_PROCESS = ("mp",)
 """The reference runs of one process, timed where calibration runs rather than on the ranks."""
 UNITS = {"ddp": "ddp_per_step", "zero1": "zero1_per_step", "fsdp": "fsdp_per_block", "tp": "tp_per_layer",
          "pp": "pp_per_action", "hybrid": "hybrid_per_step", "mp": "mp_per_microbatch"}
+
+
+FITTED_FIELDS = ("strategy", "model", "preset", "norm", "devices", "batch_size", "microbatches", "schedule",
+                 "stages_per_rank", "dp", "pp", "dp_shard", "tp", "precision", "optimizer")
+"""What makes a sweep's run the same configuration as a reference run (steps and repeats aside)."""
+
+
+def fitted_key(config: RunConfig) -> str:
+    """The name of ``config``'s configuration among the runs a calibration was fitted on."""
+    return json.dumps({name: getattr(config, name) for name in FITTED_FIELDS}, sort_keys=True)
+
+
+def fitted(calibration: object, config: RunConfig) -> bool | None:
+    """Whether ``config``'s timings entered ``calibration`` (its prediction is then not held out); None where
+    the source does not say (a hardware profile, or a calibration file that predates the record)."""
+    runs = getattr(calibration, "fitted_runs", None)
+    return None if runs is None else fitted_key(config) in runs
 
 
 def reference_batches(ranks: int) -> list[int]:

@@ -1,14 +1,39 @@
 """What of a run's configuration a prediction depends on: the ``Scenario`` the cost models price.
 
-Below both the predict command (bench/predict/cli.py) and the calibration's reference runs
-(bench/predict/runtime.py), which each turn configurations into scenarios."""
+Below the cost models (bench/predict/costs.py), the predict command (bench/predict/cli.py) and the
+calibration's reference runs (bench/predict/runtime.py), which each turn configurations into scenarios."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import models
 from bench.config import RunConfig
-from bench.predict.costs import Scenario
 from strategies.mesh import MeshLayout
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The configuration a prediction is for (the options ``bench run`` takes that change its cost)."""
+
+    strategy: str
+    devices: int
+    global_batch: int
+    microbatches: int = 1
+    schedule: str = "gpipe"
+    stages_per_rank: int = 1
+    balance: str = "even"
+    bucket_cap_mb: float = 25.0
+    reshard_after_forward: bool = True
+    dp: int | None = None
+    pp: int | None = None
+    tp_blocks: tuple[int, ...] = ()
+    """tp: the blocks its plan shards, each with one all-reduce pair per row-wise layer (``tp_pairs``)
+    and ``tp_layers`` layers the plan parallelizes."""
+    tp_pairs: tuple[int, ...] = ()
+    tp_layers: tuple[int, ...] = ()
+    threads: int | None = None
+    """The threads each process computes with; None: what the launcher gives it (bench/launch.py)."""
 
 
 def scenario_for(config: RunConfig) -> Scenario:

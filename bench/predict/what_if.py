@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.predict.achievable import LAUNCH_S
-from bench.predict.costs import Scenario, predict_step
+from bench.predict.costs import predict_step
 from bench.predict.hardware import Hardware, RooflineSource
 from bench.predict.profiles import GPUS
+from bench.predict.scenario import Scenario
 
 PUBLISHED = Path(__file__).parent / "data" / "train.csv"
 """The published rows the profiles were checked against (a copy of ../shared/published/train.csv)."""

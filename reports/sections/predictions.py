@@ -17,6 +17,8 @@ def section(ctx: Context) -> Section | None:
         "Each configuration's PREDICTED step time (`bench sweep` predicts every run from a `bench calibrate` file "
         "of this machine) against its measured median: error = predicted / measured - 1 (positive: pessimistic). "
         "`repeats stray` is how far the repeats strayed from their median; an error within it cannot be told from "
-        "noise. Then per strategy and per device count, and whether the predicted fastest is the measured one."],
+        "noise. `timings` says whether the configuration's own runs entered the calibration (`fitted`: its error "
+        "is in-sample) or not (`held out`); the summaries headline the held-out. Then per strategy and per "
+        "device count, and whether the predicted fastest is the measured one."],
         [errors.round(3), error_by_strategy(errors, ctx.runs).round(3), error_by_devices(errors).round(3),
          ranking(ctx.runs, ctx.leaders)])

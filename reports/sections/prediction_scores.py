@@ -1,0 +1,69 @@
+"""Every other predicted figure scored against its measurement: memory by kind against torch's MemTracker on the
+runs that record it, and each pipeline's bubble against the one its ranks measured."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from reports.context import Context
+from reports.render import Section
+
+KINDS = ("parameters", "gradients", "optimizer_state", "activations", "total")
+"""The kinds the memory model predicts (bench/predict/memory.py), as the tracker names them."""
+BUBBLE_TOLERANCE = 0.05
+"""How far a predicted bubble may sit from the measured one (issue 29's target), as a share of the step."""
+
+
+def memory_scores(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration that carries both: predicted against tracked MiB of each kind, on the largest device."""
+    if runs.empty or "predicted_memory_by_kind" not in runs:
+        return pd.DataFrame()
+    rows = []
+    for r in runs.to_dict("records"):
+        predicted = r.get("predicted_memory_by_kind")
+        measured_total = r.get("mem_total_mib")
+        if not isinstance(predicted, dict) or measured_total is None or measured_total != measured_total:
+            continue
+        row = {"panel": r["panel"], "devices": r["devices"], "variant": r["variant"]}
+        for kind in KINDS:
+            measured = float(r.get(f"mem_{kind}_mib") or 0.0)
+            guess = float(predicted.get(kind, 0)) / 2**20
+            row[f"{kind} MiB (measured / predicted)"] = f"{measured:.3g} / {guess:.3g}"
+            if kind == "total":
+                row["total error"] = guess / measured - 1 if measured else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def bubble_scores(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per pipelined configuration: the bubble its ranks measured, the predicted one, and whether they agree."""
+    if runs.empty or "predicted_bubble" not in runs or "bubble_measured" not in runs:
+        return pd.DataFrame()
+    data = runs.dropna(subset=["predicted_bubble", "bubble_measured"])
+    if data.empty:
+        return pd.DataFrame()
+    difference = data["predicted_bubble"] - data["bubble_measured"]
+    return pd.DataFrame({
+        "panel": data["panel"], "devices": data["devices"], "variant": data["variant"],
+        "measured bubble": data["bubble_measured"], "predicted bubble": data["predicted_bubble"],
+        "predicted - measured": difference, f"within {BUBBLE_TOLERANCE}": difference.abs() <= BUBBLE_TOLERANCE})
+
+
+def section(ctx: Context) -> Section | None:
+    memory, bubbles = memory_scores(ctx.runs), bubble_scores(ctx.runs)
+    if memory.empty and bubbles.empty:
+        return None
+    text = []
+    if not memory.empty:
+        errors = memory["total error"].abs()
+        text.append(f"Memory: PREDICTED bytes by kind (bench/predict/memory.py) against torch's MemTracker on the "
+                    f"largest device, over the first warm-up step; total |error| median {errors.median():.1%}, "
+                    f"largest {errors.max():.1%} over {len(memory)} configurations (runs the tracker cannot follow, "
+                    "such as pipelines, are not scored).")
+    if not bubbles.empty:
+        inside = int(bubbles[f"within {BUBBLE_TOLERANCE}"].sum())
+        text.append(f"Bubbles: the PREDICTED idle share of each pipeline's step (its schedule's action table "
+                    f"replayed with calibrated times) against the share its ranks measured: {inside} of "
+                    f"{len(bubbles)} within {BUBBLE_TOLERANCE}.")
+    tables = [t.round(3) for t in (memory, bubbles) if not t.empty]
+    return Section("Predicted memory and bubbles against measured", text, tables, appendix=True)
