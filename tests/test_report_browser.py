@@ -36,7 +36,7 @@ VERDICT_TOP = "const h = document.getElementById('verdict'); return h ? h.getBou
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report")
-    build_report(load([EXAMPLE / f"{n}.jsonl" for n in ("sweep", "verify", "fidelity", "what_if")]), out)
+    build_report(load([EXAMPLE / f"{n}.jsonl" for n in ("sweep", "verify", "fidelity", "what_if", "plan")]), out)
     return out / "report.html"
 
 

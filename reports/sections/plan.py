@@ -20,7 +20,8 @@ def section(ctx: Context) -> Section | None:
     tables = []
     for (model, devices, source), group in plans.groupby(["model", "devices", "source"], sort=True):
         best = group.sort_values("rank").iloc[0]
-        text.append(f"{model} on {devices} device(s), from {source}: use {best['configuration']} "
+        # the profile's first source names it; the rest (fabric, nccl-tests) are in docs/predictor.md
+        text.append(f"{model} on {devices} device(s), from {str(source).split(';')[0]}: use {best['configuration']} "
                     f"(PREDICTED {best['predicted samples/s']:.1f} samples/s): `{best['command']}`")
         table = group.sort_values("rank")[COLUMNS]
         tables.append(table.dropna(axis=1, how="all").round(2))

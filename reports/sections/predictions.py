@@ -14,11 +14,10 @@ def section(ctx: Context) -> Section | None:
         return None
     errors.to_csv(ctx.out / "prediction.csv", index=False)
     return Section("Prediction vs measurement", [
-        "Each configuration's PREDICTED step time (`bench sweep` predicts every run from a `bench calibrate` file "
-        "of this machine) against its measured median: error = predicted / measured - 1 (positive: pessimistic). "
-        "`repeats stray` is how far the repeats strayed from their median; an error within it cannot be told from "
-        "noise. `timings` says whether the configuration's own runs entered the calibration (`fitted`: its error "
-        "is in-sample) or not (`held out`); the summaries headline the held-out. Then per strategy and per "
-        "device count, and whether the predicted fastest is the measured one."],
+        "Each configuration's PREDICTED step time (from this machine's `bench calibrate` file) against its "
+        "measured median: error = predicted / measured - 1 (positive: pessimistic); an error within `repeats "
+        "stray` (the repeats' distance from their median) cannot be told from noise. `timings`: `held out`, or "
+        "`fitted` where the configuration's own runs entered the calibration; the summaries headline the held "
+        "out."],
         [errors.round(3), error_by_strategy(errors, ctx.runs).round(3), error_by_devices(errors).round(3),
          ranking(ctx.runs, ctx.leaders)])

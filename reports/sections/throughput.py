@@ -11,15 +11,13 @@ from reports.context import Context
 from reports.render import Section
 
 TEXT = (
-    "One row per configuration: the median over its repeats (each a fresh process, run round by round with the "
-    "others), in brackets the 95% percentile-bootstrap interval of that median over the repeats; one repeat has "
-    "no interval. Speed-up is over `single` at the same global batch, the median of the ratios measured side by "
-    "side in each round: it cancels the drift between rounds that the samples/s medians keep, so two rows can "
-    "order differently by speed-up and by samples/s; read a difference only where the intervals do not overlap. "
-    "Efficiency is speed-up / devices; `dp x pp x tp` is the mesh; tracked MiB is the largest device's tracked "
-    "peak (Memory); comm MiB/step is the floating-point payload each rank handed to gloo or NCCL in one "
-    "warm-up step, counted from torch.profiler's record of the backend's calls (receives left out; the mean over "
-    "ranks; blank for one process).")
+    "One row per configuration: the median over its repeats (fresh processes, run round by round), in brackets "
+    "the 95% bootstrap interval of that median; one repeat has none. Speed-up is over `single` at the same "
+    "global batch, the median of the ratios measured side by side in each round, which cancels the drift "
+    "between rounds (so it can order rows differently from samples/s); read a difference only where intervals "
+    "do not overlap. Tracked MiB: the largest device's tracked peak; comm MiB/step: the floating-point payload "
+    "each rank handed to gloo or NCCL in a warm-up step (torch.profiler's record of the backend's calls, "
+    "receives left out, mean over ranks).")
 
 
 def mesh(row: dict) -> str:
