@@ -187,7 +187,9 @@ def prediction_row(record: dict[str, Any]) -> dict[str, Any]:
             "predicted compute ms": record.get("predicted_compute_ms"),
             "predicted exposed comm ms": record.get("predicted_exposed_comm_ms"),
             "predicted update ms": record.get("predicted_update_ms"),
-            "compute from": record["compute_source"]}
+            "compute from": record["compute_source"],
+            "published check": next((a.split("; bench predict")[0] for a in record.get("assumptions") or []
+                                     if a.startswith(("checked on", "not checked"))), None)}
 
 
 def plan_row(record: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,8 @@ measured one beside it where ``--measure`` ran them), with the command that runs
 
 from __future__ import annotations
 
+import re
+
 from reports.context import Context
 from reports.render import Section
 
@@ -20,10 +22,16 @@ def section(ctx: Context) -> Section | None:
     tables = []
     for (model, devices, source), group in plans.groupby(["model", "devices", "source"], sort=True):
         best = group.sort_values("rank").iloc[0]
-        # the profile's first source names it; the rest (fabric, nccl-tests) are in docs/predictor.md
-        text.append(f"{model} on {devices} device(s), from {str(source).split(';')[0]}: use {best['configuration']} "
+        text.append(f"{model} on {devices} device(s), from {_short(str(source))}: use {best['configuration']} "
                     f"(PREDICTED {best['predicted samples/s']:.1f} samples/s): `{best['command']}`")
         table = group.sort_values("rank")[COLUMNS]
         tables.append(table.dropna(axis=1, how="all").round(2))
     plans.to_csv(ctx.out / "plan.csv", index=False)
     return Section("Plan", text, tables)
+
+
+def _short(source: str) -> str:
+    """A profile by its part ("the NVIDIA H200 profile"; Predicted cluster gives its sources), a calibration
+    by its file."""
+    part = re.match(r"achievable shares of (.+?) data sheet", source)
+    return f"the {part[1]} profile" if part else source.split(";")[0]

@@ -107,6 +107,9 @@ def section(ctx: Context) -> Section | None:
     for rec in predicted.to_dict("records"):
         text.append(f"PREDICTED, {rec['model']} on {rec['devices']} x {rec['hardware']}: **{rec['use']}**, "
                     f"{rec['predicted samples/s']:,.0f} samples/s (predicted); see Predicted cluster.")
+    checks = ctx.results.predictions.get("published check", pd.Series(dtype=object)).dropna().unique()
+    if not predicted.empty and len(checks):
+        text.append(f"The cluster predictor against published GPU results: {'; '.join(checks)}.")
     return Section("Verdict", text)
 
 
