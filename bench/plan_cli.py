@@ -22,9 +22,10 @@ from bench.planner.measure import Measured, first_pick_in_measured_tie, measure,
 from bench.planner.search import Candidate, PlanResult, search, tied_with_first, why_slower
 from bench.planner.space import SearchSpace
 from bench.predict.calibration import Calibration
-from bench.predict.cli import machine_identity, prediction_record
+from bench.predict.cli import machine_identity
 from bench.predict.costs import CostSource
 from bench.predict.hardware import RooflineSource, profile
+from bench.predict.record import prediction_record
 from bench.records import RECORD_VERSION, append_record
 from strategies import STRATEGIES, ConfigError, strategy_class
 from strategies.schedules import available_schedules

@@ -51,6 +51,7 @@ SECTIONS: list[Callable[[Context], Section | None]] = [
     plan.section,
     published.section,
     # The appendix: the evidence behind the figures above.
+    predictions.per_configuration,
     prediction_scores.section,
     verification.section,
     fidelity.section,

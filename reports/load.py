@@ -52,6 +52,11 @@ def run_label(record: dict[str, Any]) -> str:
                              "devices": record["device_count"], "batch_size": record["global_batch_size"]})
 
 
+# what a run's row keeps of its prediction (bench/predict/attach.py); prediction_fitted: the run's timings entered it
+PREDICTED_FIELDS = ("predicted_step_time_ms", "predicted_step_time_ms_interval", "predicted_compute_ms",
+                    "predicted_exposed_comm_ms", "predicted_update_ms", "predicted_bubble", "predicted_memory_by_kind")
+
+
 def run_row(record: dict[str, Any]) -> dict[str, Any]:
     config = record["config"]
     median, iqr, batch = record["step_time_ms_median"], record["step_time_ms_iqr"], record["global_batch_size"]
@@ -59,6 +64,7 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
     q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (median, median, median)
     peaks = record["peak_mem_bytes"] or [0]
     fields = record.get("strategy_fields") or {}
+    prediction = record.get("prediction") or {}
     return {
         "strategy": record["strategy"],
         "variant": variant(record),
@@ -107,13 +113,8 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "accelerator": record["accelerator"],
         "device_memory_bytes": (record.get("env") or {}).get("device_memory_bytes"),
         "processes": record.get("processes") or record["device_count"],
-        "predicted_step_time_ms": (record.get("prediction") or {}).get("predicted_step_time_ms"),
-        **{f"predicted_{part}_ms": (record.get("prediction") or {}).get(f"predicted_{part}_ms")
-           for part in ("compute", "exposed_comm", "update")},
-        "predicted_bubble": (record.get("prediction") or {}).get("predicted_bubble"),
-        "predicted_memory_by_kind": (record.get("prediction") or {}).get("predicted_memory_by_kind"),
-        # True: this configuration's timings entered the calibration that predicted it (in-sample)
-        "prediction_fitted": (record.get("prediction") or {}).get("fitted"),
+        **{name: prediction.get(name) for name in PREDICTED_FIELDS},
+        "prediction_fitted": prediction.get("fitted"),
         "update_ms": fields.get("update_ms"),
         "prediction_error": record.get("prediction_error"),
     }
@@ -283,10 +284,8 @@ def _machine(record: dict[str, Any]) -> str:
     """Host and accelerator: ``vm, cpu (AMD EPYC, 2 cores)`` or ``node1, cuda (2 x NVIDIA H200)``."""
     env = record.get("env") or {}
     gpus = env.get("gpu_names") or []
-    if record["accelerator"] == "cuda" and gpus:
-        what = f"{len(gpus)} x {gpus[0]}"
-    else:
-        what = f"{env.get('cpu_model', 'unknown CPU')}, {env.get('cpu_cores', '?')} cores"
+    cpu = f"{env.get('cpu_model', 'unknown CPU')}, {env.get('cpu_cores', '?')} cores"
+    what = f"{len(gpus)} x {gpus[0]}" if record["accelerator"] == "cuda" and gpus else cpu
     return f"{env.get('hostname', 'unknown host')}, {record['accelerator']} ({what})"
 
 

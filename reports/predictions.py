@@ -34,10 +34,19 @@ def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
     data["measured range ms"] = [f"{a:.3g}-{b:.3g}" for a, b in zip(low, high, strict=True)]
     fitted = data["prediction_fitted"] if "prediction_fitted" in data else pd.Series(None, index=data.index)
     data["timings"] = [SAMPLES[bool(f)] if f in (True, False) else "unknown" for f in fitted]
+    intervals = data.get("predicted_step_time_ms_interval", pd.Series(None, index=data.index))
+    data["predicted interval ms"] = [f"{i[0]:.3g}-{i[1]:.3g}" if _pair(i) else "" for i in intervals]
+    data["inside interval"] = [i[0] <= m <= i[1] if _pair(i) else None
+                               for i, m in zip(intervals, data["step_time_ms"], strict=True)]
     table = data.sort_values(["panel", "devices", "variant"])[
         ["panel", "devices", "variant", "global_batch", "timings", "step_time_ms", "measured range ms",
-         "predicted_step_time_ms", "error", "repeats stray", "within repeats", "emulated"]]
+         "predicted_step_time_ms", "predicted interval ms", "inside interval", "error", "repeats stray",
+         "within repeats", "emulated"]]
     return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
+
+
+def _pair(interval: object) -> bool:
+    return isinstance(interval, (list, tuple)) and len(interval) == 2
 
 
 SAMPLES = {False: "held out", True: "fitted"}
@@ -81,6 +90,9 @@ def _summary(timings: str, devices: str, group: pd.DataFrame) -> dict[str, Any]:
     if "repeats stray" in group:  # the measurement's own noise, the floor an error is read against
         row["median repeats stray"] = group["repeats stray"].median()
         row["within repeats"] = f"{int(group['within repeats'].sum())} of {len(group)}"
+    if "inside interval" in group and group["inside interval"].notna().any():  # the intervals' coverage
+        judged = group["inside interval"].dropna()
+        row["inside predicted interval"] = f"{int(judged.sum())} of {len(judged)}"
     return row
 
 

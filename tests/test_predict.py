@@ -264,7 +264,8 @@ def test_collectives_and_reference_steps_are_the_median_over_groups_of_processes
     monkeypatch.setattr(collectives, "start_ranks", one_group)
     curves, steps = collectives.measure_collectives(2, "cpu", [4096, 16384], groups=3)
     assert curves["all_reduce"].points == [(4096, 0.6), (16384, 0.9)]
-    assert steps == {"tp": 17.0, "overlap": 0.2}
+    # and the calibration's own spread: half tp's range over the groups, over its median
+    assert steps == {"tp": 17.0, "overlap": 0.2, "spread": pytest.approx((30.0 - 16.0) / 2 / 17.0)}
 
 
 def test_small_messages_are_timed_several_to_a_repeat() -> None:
@@ -532,3 +533,38 @@ def test_the_report_headlines_the_held_out_errors_and_shows_the_fitted_apart() -
     assert table.loc[("held out", "all"), "median |error|"] == pytest.approx(0.2)  # not 0.1 with the fitted ddp
     assert table.loc[("fitted", "all"), "configurations"] == 1
     assert set(error_by_strategy(errors, runs)["strategy"]) == {"pp", "tp"}
+
+
+def test_a_prediction_carries_the_interval_of_the_calibrations_own_spread_where_its_processes_run(
+        tmp_path: Path) -> None:
+    from bench.predict.record import prediction_record
+
+    calibration = _calibration(4)
+    calibration = dataclasses.replace(
+        calibration, threads={t: dataclasses.replace(c, spread=0.02) for t, c in calibration.threads.items()},
+        communication={2: dataclasses.replace(calibration.communication[2], spread=0.10)})
+    path = tmp_path / "cal.json"
+    calibration.save(path)
+    calibration = Calibration.load(path)  # the spreads survive the file
+    for strategy, spread in (("ddp", 0.10), ("single", 0.02), ("mp", 0.02)):  # mp's two stages: one process
+        devices = 1 if strategy == "single" else 2
+        config = resolve(RunConfig(strategy=strategy, model="mlp", preset="tiny", devices=devices, norm="group",
+                                   accelerator="cpu", out=str(tmp_path / "r.jsonl")))
+        record = prediction_record(calibration, config, "test")
+        step = record["predicted_step_time_ms"]
+        assert record["predicted_step_time_ms_interval"] == pytest.approx([step * (1 - spread), step * (1 + spread)])
+
+
+def test_the_report_counts_the_measured_medians_inside_their_predicted_intervals() -> None:
+    import pandas as pd
+
+    from reports.predictions import error_by_devices, prediction_errors
+
+    runs = pd.DataFrame({
+        "panel": ["mlp"] * 3, "devices": [2] * 3, "variant": ["ddp", "pp", "tp"], "global_batch": [64] * 3,
+        "step_time_ms": [100.0] * 3, "predicted_step_time_ms": [95.0, 120.0, 104.0],
+        "predicted_step_time_ms_interval": [[90.0, 100.0], [110.0, 130.0], None], "emulated": [True] * 3})
+    errors = prediction_errors(runs)
+    assert list(errors["inside interval"]) == [True, False, None]  # tp's prediction carried none
+    summary = error_by_devices(errors).set_index("devices")
+    assert summary.loc["all", "inside predicted interval"] == "1 of 2"

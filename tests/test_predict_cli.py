@@ -14,7 +14,8 @@ from bench.config import RunConfig, resolve
 from bench.environment import environment
 from bench.launch import threads_per_process
 from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line
-from bench.predict.cli import calibration_arithmetic, machine_identity, prediction_record
+from bench.predict.cli import calibration_arithmetic, machine_identity
+from bench.predict.record import prediction_record
 from bench.predict.serves import knob_mismatch
 
 CURVES = {name: Curve([(1, 0.01), (2**30, 1.0)]) for name in

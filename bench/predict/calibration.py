@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.launch import threads_per_process
 from strategies import ConfigError
 
 CALIBRATION_VERSION = 4
@@ -91,6 +92,8 @@ class ComputeCosts:
     autograd engine's start, Python), by samples: a plain loop's step less the parts timed alone."""
     copy_ms_per_byte: float = 0.0
     """A tensor copy's time per byte (memory bandwidth): DDP's buckets and FSDP's copy-in/out cost it."""
+    spread: float = 0.0
+    """Half the range of a plain step's repeats over their median, the largest over the batches (1 process)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,8 @@ class Communication:
     overlap: float = 1.0
     """The share of a collective that hides behind compute running at the same time (1: all of it, as on
     GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""
+    spread: float = 0.0
+    """Half the range of the reference runs' steps over the groups, over their median (median over the runs)."""
 
 
 @dataclass(frozen=True)
@@ -166,8 +171,7 @@ class Calibration:
     than alone (shared cores and memory bandwidth; 1.0 on separate GPUs)."""
     env: dict[str, object] = field(default_factory=dict)
     fitted_runs: tuple[str, ...] | None = None
-    """The runs whose timings entered this calibration (bench/predict/runtime.py's reference runs, as
-    ``fitted_key`` names them): a prediction of one of them is not held out. None: a file that predates them."""
+    """The reference runs whose timings entered it (runtime.fitted_key); None: a file that predates them."""
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self.threads[self._nearest(threads)].blocks
@@ -216,6 +220,12 @@ class Calibration:
         """The runtimes' residuals measured on ``ranks`` processes, else on the nearest count measured."""
         return self.communication[self._nearest_ranks(ranks)].runtime if self.communication else RuntimeOverheads()
 
+    def spread_for(self, processes: int) -> float:
+        """The calibration's own spread where ``processes`` run: the half-width of a prediction's interval."""
+        if processes > 1 and self.communication:
+            return self.communication[self._nearest_ranks(processes)].spread
+        return self.threads[self._nearest(threads_per_process(processes))].spread
+
     def overlap_for(self, ranks: int) -> float:
         return self.communication[self._nearest_ranks(ranks)].overlap if self.communication else 1.0
 
@@ -255,7 +265,8 @@ class Calibration:
                               f"{CALIBRATION_VERSION}: calibrate again")
         try:
             threads = {int(t): ComputeCosts([_block(b) for b in v["blocks"]], float(v["optimizer_ms_per_parameter"]),
-                                            Line.from_json(v["step_overhead_ms"]), float(v["copy_ms_per_byte"]))
+                                            Line.from_json(v["step_overhead_ms"]), float(v["copy_ms_per_byte"]),
+                                            float(v.get("spread", 0.0)))
                        for t, v in data["threads"].items()}
             communication = {int(n): _communication(c) for n, c in data["communication"].items()}
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
@@ -285,4 +296,5 @@ def _block(data: dict[str, Any]) -> BlockCost:
 def _communication(data: dict[str, Any]) -> Communication:
     curves = {name: Curve([(int(size), float(ms)) for size, ms in c["points"]])
               for name, c in data["collectives"].items()}
-    return Communication(curves, RuntimeOverheads(**data["runtime"]), float(data["overlap"]))
+    return Communication(curves, RuntimeOverheads(**data["runtime"]), float(data["overlap"]),
+                         float(data.get("spread", 0.0)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
 import logging
 import tempfile
@@ -21,22 +20,19 @@ from bench.paths import check_writable
 from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import Disturbed, compute_costs, slowdown
-from bench.predict.costs import CostSource, predict_step, stage_blocks
 from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
-from bench.predict.memory import optimizer_states, predict_memory
+from bench.predict.record import prediction_record
 from bench.predict.runtime import (
     IN_PROCESS,
-    fitted,
     fitted_key,
     in_process_step_ms,
     reference_batches,
     reference_configs,
     residuals,
 )
-from bench.predict.scenario import scenario_for
-from bench.predict.serves import knob_mismatch, nearest_count_notes
+from bench.predict.serves import nearest_count_notes
 from bench.predict.what_if import print_predictions, what_if_fields
-from bench.records import RECORD_VERSION, append_record
+from bench.records import append_record
 from bench.runner import optimizer_choice
 from strategies import ConfigError, strategy_class
 
@@ -185,43 +181,8 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
         curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)
-    overlap = reference_ms.pop("overlap")
-    return Communication(curves, overlap=overlap), (references, reference_ms)
-
-
-def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:
-    """A record of kind ``prediction`` for ``config``: every figure named predicted. ValueError where a
-    calibration timed other arithmetic than the run's (``knob_mismatch``)."""
-    if isinstance(calibration, Calibration) and (mismatch := knob_mismatch(calibration, config)):
-        raise ValueError(f"the run's {mismatch}: its blocks were timed in other arithmetic; calibrate in the "
-                         "run's knobs or predict only runs that share the calibration's")
-    scenario = scenario_for(config)
-    step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
-    stages = None
-    if scenario.strategy in ("mp", "pp", "hybrid"):
-        replicas = (scenario.dp or 1) if scenario.strategy == "hybrid" else 1
-        ranks = scenario.devices // replicas
-        stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
-                              scenario.global_batch / replicas / scenario.microbatches)
-    memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
-                            optimizer_states(config.optimizer), stages,
-                            getattr(calibration, "compute_bytes", 4))  # a GPU profile's precision
-    return {
-        "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "strategy": config.strategy, "model": config.model, "preset": config.preset,
-        "device_count": config.devices, "global_batch_size": config.batch_size, "accelerator": config.accelerator,
-        "config": dataclasses.asdict(scenario),
-        "predicted_step_time_ms": step.step_ms, "predicted_samples_per_s": config.batch_size / step.step_ms * 1e3,
-        "predicted_compute_ms": step.compute_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,
-        "predicted_update_ms": step.update_ms, "predicted_bubble": step.bubble,
-        "predicted_memory_by_kind": memory, "compute_source": source, "notes": step.notes,
-        # the run's own timings entered the calibration: its error is in-sample, not held out
-        "fitted": fitted(calibration, config),
-        "predicted_timeline": [{"rank": s.rank, "kind": s.action.kind, "stage": s.action.stage,
-                                "microbatch": s.action.microbatch, "start_ms": s.start, "end_ms": s.end}
-                               for s in step.timeline],
-    }
+    overlap, spread = reference_ms.pop("overlap"), reference_ms.pop("spread")
+    return Communication(curves, overlap=overlap, spread=spread), (references, reference_ms)
 
 
 def predict_main(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from bench.config import RunConfig
 from bench.disturbance import judge, machine_cores
 from bench.predict.calibration import Curve
+from bench.predict.compute import half_range
 from bench.ranks import become_rank, start_ranks
 from bench.runner import step_times_ms, train
 from strategies.distributed import process_group, torchrun_topology
@@ -199,8 +200,12 @@ def measure_collectives(
 
 
 def _median_over_groups(groups: list[dict[str, float]]) -> dict[str, float]:
-    """Each figure's median over what each group of processes measured for it."""
-    return {name: statistics.median(group[name] for group in groups) for name in groups[0]}
+    """Each figure's median over what each group of processes measured for it, and ``spread``: the median over
+    the reference runs of half their range over the groups, over their median (``half_range``)."""
+    medians = {name: statistics.median(group[name] for group in groups) for name in groups[0]}
+    runs = [name for name in groups[0] if name != "overlap"]
+    spread = statistics.median(half_range([g[name] for g in groups]) for name in runs) if runs else 0.0
+    return {**medians, "spread": spread}
 
 
 def _median_points(groups: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:

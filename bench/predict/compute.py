@@ -118,9 +118,16 @@ def compute_costs(
     ]
     per_parameter = optimizer_ms_per_parameter(spec, build_optimizer, device, repeats)
     update = per_parameter * sum(counts)
-    overhead = [(n, whole_step_ms(spec, n, build_optimizer, device, repeats) - update
-                 - sum(f + b for f, b in per_batch[n])) for n in batches]
-    return ComputeCosts(blocks, per_parameter, Line.fit(overhead), copy_ms_per_byte(device, repeats))
+    steps = {n: whole_step_ms(spec, n, build_optimizer, device, repeats) for n in batches}
+    overhead = [(n, statistics.median(steps[n]) - update - sum(f + b for f, b in per_batch[n])) for n in batches]
+    spread = max(half_range(times) for times in steps.values())
+    return ComputeCosts(blocks, per_parameter, Line.fit(overhead), copy_ms_per_byte(device, repeats), spread)
+
+
+def half_range(values: Sequence[float]) -> float:
+    """Half the range of ``values`` over their median: how far a calibration's own repeats stray."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / 2 / middle if middle else 0.0
 
 
 COPY_BYTES = 32 * 2**20
@@ -140,8 +147,8 @@ def copy_ms_per_byte(device: torch.device, repeats: int) -> float:
     return statistics.median(times) / COPY_BYTES
 
 
-def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.device, repeats: int) -> float:
-    """The median time of a plain training step (the PyTorch tutorials' loop) at ``batch`` samples."""
+def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.device, repeats: int) -> list[float]:
+    """The timed repeats of a plain training step (the PyTorch tutorials' loop) at ``batch`` samples."""
     now = _synchronized(device)
     blocks = spec.blocks.to(device)
     optimizer = build(blocks.parameters())
@@ -155,7 +162,7 @@ def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.de
         optimizer.step()
         if r > 0:
             steps.append((now() - start) * 1e3)
-    return statistics.median(steps)
+    return steps
 
 
 def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, threads: int, seconds: float,

@@ -16,8 +16,9 @@ from bench.config import RunConfig
 from bench.environment import environment
 from bench.predict.attach import handed_over
 from bench.predict.calibration import Calibration
-from bench.predict.cli import PREDICTED, calibrate, machine_identity, prediction_record
+from bench.predict.cli import PREDICTED, calibrate, machine_identity
 from bench.predict.compute import Disturbed
+from bench.predict.record import prediction_record
 from strategies import ConfigError
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,64 @@
+"""A prediction as a record of kind ``prediction``: every figure named predicted, with the interval the
+calibration's own spread gives it and whether its run's timings entered the calibration (``fitted``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from bench.config import RunConfig
+from bench.launch import threads_per_process
+from bench.predict.calibration import Calibration
+from bench.predict.costs import CostSource, predict_step, stage_blocks
+from bench.predict.memory import optimizer_states, predict_memory
+from bench.predict.runtime import fitted
+from bench.predict.scenario import scenario_for
+from bench.predict.serves import knob_mismatch
+from bench.records import RECORD_VERSION
+from strategies import Launch, strategy_class
+
+
+def prediction_record(calibration: CostSource, config: RunConfig, source: str) -> dict[str, object]:
+    """A record of kind ``prediction`` for ``config``: every figure named predicted. ValueError where a
+    calibration timed other arithmetic than the run's (``knob_mismatch``)."""
+    if isinstance(calibration, Calibration) and (mismatch := knob_mismatch(calibration, config)):
+        raise ValueError(f"the run's {mismatch}: its blocks were timed in other arithmetic; calibrate in the "
+                         "run's knobs or predict only runs that share the calibration's")
+    scenario = scenario_for(config)
+    step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
+    stages = None
+    if scenario.strategy in ("mp", "pp", "hybrid"):
+        replicas = (scenario.dp or 1) if scenario.strategy == "hybrid" else 1
+        ranks = scenario.devices // replicas
+        stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
+                              scenario.global_batch / replicas / scenario.microbatches)
+    memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
+                            optimizer_states(config.optimizer), stages,
+                            getattr(calibration, "compute_bytes", 4))  # a GPU profile's precision
+    return {
+        "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "strategy": config.strategy, "model": config.model, "preset": config.preset,
+        "device_count": config.devices, "global_batch_size": config.batch_size, "accelerator": config.accelerator,
+        "config": dataclasses.asdict(scenario),
+        "predicted_step_time_ms": step.step_ms,
+        # the calibration's own spread where the run's processes run (Calibration.spread_for); None: a profile's
+        "predicted_step_time_ms_interval": _interval(calibration, config, step.step_ms),
+        "predicted_samples_per_s": config.global_batch / step.step_ms * 1e3,
+        "predicted_compute_ms": step.compute_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,
+        "predicted_update_ms": step.update_ms, "predicted_bubble": step.bubble,
+        "predicted_memory_by_kind": memory, "compute_source": source, "notes": step.notes,
+        # the run's own timings entered the calibration: its error is in-sample, not held out
+        "fitted": fitted(calibration, config),
+        "predicted_timeline": [{"rank": s.rank, "kind": s.action.kind, "stage": s.action.stage,
+                                "microbatch": s.action.microbatch, "start_ms": s.start, "end_ms": s.end}
+                               for s in step.timeline],
+    }
+
+
+def _interval(calibration: CostSource, config: RunConfig, step_ms: float) -> list[float] | None:
+    if not isinstance(calibration, Calibration):
+        return None
+    spread = calibration.spread_for(config.devices if strategy_class(config.strategy).launch == Launch.PER_DEVICE
+                                    else 1)
+    return [step_ms * (1 - spread), step_ms * (1 + spread)]
