@@ -46,7 +46,8 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
     plan.add_argument("--calibration", default=None,
                       help="a bench calibrate file of this machine (instead of --hardware)")
     plan.add_argument("--global-batch", type=int, default=None,
-                      help="samples per optimizer step (default: the preset's batch per device x --devices)")
+                      help="samples per optimizer step (default: a --calibration's own, the batch its blocks were timed "
+                           "up to; with --hardware the preset's batch per device x --devices)")
     plan.add_argument("--memory-headroom", type=float, default=0.10,
                       help="share of each device's memory left free (default: %(default)s)")
     plan.add_argument("--top", type=int, default=5, help="candidates to show and record (default: %(default)s)")
@@ -86,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         _check(args)
         source, label, norm, budget, per_node = _source(args)
-        space = SearchSpace(args.model, args.preset, args.devices, args.global_batch or _default_batch(args),
+        space = SearchSpace(args.model, args.preset, args.devices, args.global_batch or _default_batch(args, source),
                             tuple(args.strategies), tuple(args.schedules or available_schedules()),
                             tuple(args.microbatches), norm=norm, precision=args.precision if args.hardware else "fp32")
         check_writable(Path(args.out))
@@ -179,7 +180,11 @@ def _source(args: argparse.Namespace) -> tuple[CostSource, str, str, float | Non
     return calibration, f"calibration {args.calibration}", calibration.norm, None, CPU_GPUS_PER_NODE
 
 
-def _default_batch(args: argparse.Namespace) -> int:
+def _default_batch(args: argparse.Namespace, source: CostSource) -> int:
+    """A calibration's own global batch (its blocks were timed up to it: a larger one would be extrapolated);
+    for a hardware profile, the preset's batch per device on every device."""
+    if isinstance(source, Calibration):
+        return int(max(n for n, _ in source.blocks(1)[0].forward_ms.points))
     import torch
 
     import models

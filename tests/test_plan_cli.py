@@ -60,6 +60,11 @@ def test_a_plan_from_a_calibration_of_this_machine(tmp_path: Path, monkeypatch: 
     assert rows and all(r["device_count"] == 2 and r["global_batch_size"] == 64 for r in rows)
     assert all(r["torchrun_command"] is None for r in rows)  # one machine
     assert "calibration" in rows[0]["source"]
+    # without --global-batch, the calibration's own (its blocks were timed up to 64), not 64 per device
+    default = tmp_path / "default.jsonl"
+    assert main(["plan", "--calibration", str(EXAMPLE_CALIBRATION), "--model", "mlp", "--preset", "small",
+                 "--devices", "4", "--top", "1", "--out", str(default)]) == 0
+    assert records(default)[0]["global_batch_size"] == 64
 
 
 @pytest.mark.parametrize(("argv", "message"), [
