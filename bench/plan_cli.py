@@ -46,8 +46,8 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
     plan.add_argument("--calibration", default=None,
                       help="a bench calibrate file of this machine (instead of --hardware)")
     plan.add_argument("--global-batch", type=int, default=None,
-                      help="samples per optimizer step (default: a --calibration's own, the batch its blocks were timed "
-                           "up to; with --hardware the preset's batch per device x --devices)")
+                      help="samples per optimizer step (default: a --calibration's own, the batch its blocks were "
+                           "timed up to; with --hardware the preset's batch per device x --devices)")
     plan.add_argument("--memory-headroom", type=float, default=0.10,
                       help="share of each device's memory left free (default: %(default)s)")
     plan.add_argument("--top", type=int, default=5, help="candidates to show and record (default: %(default)s)")
