@@ -13,6 +13,7 @@ pipeline's shape inference), so the profiler's overhead never reaches a timed st
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -43,10 +44,7 @@ def counted_bytes(events: list[tuple[str, list[list[int]], list[str]]]) -> int:
         if not name.startswith(BACKENDS) or any(word in name for word in NOT_SENT):
             continue
         for shape, dtype in zip(shapes, dtypes, strict=False):
-            elements = 1
-            for size in shape:
-                elements *= size
-            total += elements * _element_bytes(dtype) if shape else 0
+            total += math.prod(shape) * _element_bytes(dtype) if shape else 0
     return total
 
 
