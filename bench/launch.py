@@ -22,7 +22,10 @@ from pathlib import Path
 
 from bench import processes
 from bench.failures import FAILURE_DIR_VARIABLE, read_failures
+from strategies.cost_model import threads_per_process
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
+
+__all__ = ["threads_per_process"]  # re-exported: the launcher gives each process its share of the cores
 
 RESOLVED_CONFIG_VARIABLE = "BENCH_RESOLVED_CONFIG"
 """The launcher's resolved configuration, as JSON, for the torchrun workers it starts: a run is
@@ -34,11 +37,6 @@ log = logging.getLogger(__name__)
 def under_torchrun() -> bool:
     """True in a worker process started by torchrun (or any launcher that sets its variables)."""
     return all(v in os.environ for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-
-
-def threads_per_process(processes: int) -> int:
-    """CPU threads for each of ``processes`` processes sharing this machine: cores // N, at least 1."""
-    return max(1, (os.cpu_count() or 1) // processes)
 
 
 def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -> list[str]:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from models.spec import ModelSpec
+from strategies.cost_model import CostModel
 from strategies.devices import devices_for, is_emulated
 from strategies.errors import ConfigError
 from strategies.options import ModelFacts, RunOptions
@@ -126,6 +127,9 @@ class Strategy(ABC):
     from one device's by construction; micro-batches split it too, whatever the strategy."""
     needs_gpus: ClassVar[bool] = False
     """True where the CPU can only fake the strategy (nn.DataParallel): sweeps skip it without GPUs."""
+    cost_model: ClassVar[CostModel | None] = None
+    """How its step and memory compose from calibrated compute and collectives (strategies/cost_model.py),
+    for bench predict, calibrate and plan; None: measured, never predicted."""
     min_mesh_dims: ClassVar[int] = 1
     """For a strategy that reads ``MeshOptions``: the fewest mesh dimensions beyond degree 1 that make it
     more than another registered strategy (bench plan weighs no mesh below)."""

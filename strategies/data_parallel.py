@@ -22,9 +22,11 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
-from strategies.options import ModelFacts, RunOptions
+from strategies.cost_model import CostSource, Scenario, StepPrediction
+from strategies.options import ModelFacts, OptionSource, RunOptions
 from strategies.precision import AutocastModule
 from strategies.shards import chunk_sizes
+from strategies.single import WholeModelCost
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,21 @@ def apply_data_parallel(model: nn.Module, devices: tuple[torch.device, ...]) -> 
     return nn.DataParallel(model)
 
 
+class PassThroughCost(WholeModelCost):
+    """nn.DataParallel on a CPU hands the whole batch to its one device: single's step. On GPUs its scatter,
+    replicas and gather per step have no model here."""
+
+    def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
+        if options.group(RunOptions).accelerator == "cuda":
+            raise ValueError("no cost model for nn.DataParallel on GPUs (its scatter, replicas and gather per step)")
+        return scenario
+
+    def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
+        step = super().step(costs, scenario, states)
+        step.notes.append("dp on the CPU is a pass-through to one device: predicted as single")
+        return step
+
+
 class DataParallelStrategy(Strategy):
     """nn.DataParallel: the batch scattered over N GPUs of one process, as in the PyTorch tutorial."""
 
@@ -63,6 +80,7 @@ class DataParallelStrategy(Strategy):
     launch = Launch.IN_PROCESS
     description = "nn.DataParallel: one process, the batch scattered over N GPUs"
     needs_gpus = True  # on a CPU it can only pass through
+    cost_model = PassThroughCost()
     splits_the_batch = True
     memory_tracking_refusal = "torch's MemTracker is not known to follow nn.DataParallel's replica threads"
     compile_refusal = (

@@ -29,6 +29,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
+from strategies.cost_model import (
+    FP32,
+    BlockCosts,
+    CostModel,
+    CostSource,
+    Scenario,
+    StepPrediction,
+    by_kind,
+    own_overhead,
+    partly_hidden,
+    threads_per_process,
+)
 from strategies.devices import synchronize
 from strategies.distributed import all_reduce_mean, backend, broadcast_from_first
 from strategies.errors import ConfigError
@@ -121,10 +133,63 @@ class DDPRankFields:
     per_rank_batch_size: int
 
 
+FIRST_BUCKET_BYTES = 1024 * 1024
+"""DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES): small, so the first all-reduce
+starts early in the backward."""
+
+
+class DataParallelCost(CostModel):
+    """The forward, then the backward with each gradient bucket's all-reduce starting as the bucket fills
+    (reverse block order, the first bucket ``FIRST_BUCKET_BYTES``, then ``--bucket-cap-mb``), one at a
+    time; what the last all-reduce runs past the backward is exposed; then every rank's update."""
+
+    residual = "ddp_per_step"
+
+    def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
+        n = scenario.devices
+        threads = threads_per_process(n)
+        blocks, slow = costs.blocks(threads), costs.slowdown_for(n)
+        samples = scenario.global_batch / n
+        forward = (sum(b.forward_ms.at(samples) for b in blocks) + own_overhead(costs, threads, samples)) * slow
+        clock, comm_free, bucket, communication = forward, forward, 0.0, 0.0
+        cap: float = FIRST_BUCKET_BYTES
+        for i in reversed(range(len(blocks))):
+            clock += blocks[i].backward_ms.at(samples) * slow
+            bucket += blocks[i].parameters * FP32
+            if bucket >= cap or i == 0:
+                reduce = costs.collective_ms("all_reduce", bucket, n)
+                comm_free, communication = max(comm_free, clock) + reduce, communication + reduce
+                bucket, cap = 0.0, scenario.bucket_cap_mb * 2**20
+        exposed = partly_hidden(max(0.0, comm_free - clock), communication, costs.overlap_for(n))
+        parameters = sum(b.parameters for b in blocks)
+        # The reducer copies the gradients into its buckets, divides them and copies them back: 3 passes.
+        exposed += (costs.runtime_for(n)[DataParallelCost.residual]
+                    + 3 * costs.copy_ms(threads, FP32 * parameters) * slow)
+        update, after = self.update_ms(costs, scenario, threads, parameters)
+        return StepPrediction(clock + exposed + after + update * slow, clock, exposed + after, update * slow)
+
+    def update_ms(self, costs: CostSource, scenario: Scenario, threads: int, parameters: int) -> tuple[float, float]:
+        """The optimizer step alone (before the slowdown), and what follows it exposed."""
+        return costs.optimizer_ms(threads, parameters), 0.0
+
+    def optimizer_share(self, scenario: Scenario) -> float:
+        """The share of the optimizer state each rank holds."""
+        return 1.0
+
+    def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
+               gathered_bytes: int = FP32) -> dict[str, int]:
+        parameters = sum(b.parameters for b in blocks)
+        # DDP's buckets hold a copy of the gradients
+        return by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
+                       sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch / scenario.devices,
+                       temporaries=FP32 * parameters)
+
+
 class DistributedDataParallelStrategy(Strategy):
     """DistributedDataParallel: a replica per process, gradients all-reduced during backward."""
 
     name = "ddp"
+    cost_model: ClassVar[CostModel | None] = DataParallelCost()
     splits_the_batch = True
     launch = Launch.PER_DEVICE
     description = "DistributedDataParallel: one process per device (torchrun), gradients all-reduced"

@@ -29,6 +29,18 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
+from strategies.cost_model import (
+    FP32,
+    BlockCosts,
+    CostModel,
+    CostSource,
+    Scenario,
+    StepPrediction,
+    by_kind,
+    own_overhead,
+    partly_hidden,
+    threads_per_process,
+)
 from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.options import FSDPOptions, ModelFacts, RunOptions
@@ -76,10 +88,68 @@ def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
             for key, value in model.state_dict().items()}
 
 
+class ShardedCost(CostModel):
+    """Each block's all-gather before its forward (and, with ZeRO-3, before its backward) on a communication
+    stream that runs one block ahead; each block's gradients reduce-scattered after its backward; the
+    update of the shard."""
+
+    residual = "fsdp_per_block"
+
+    def runtime_units(self, scenario: Scenario, blocks: int) -> int:
+        return blocks
+
+    def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
+        n = scenario.devices
+        threads = threads_per_process(n)
+        blocks, slow = costs.blocks(threads), costs.slowdown_for(n)
+        samples = scenario.global_batch / n
+        gather = [costs.collective_ms("all_gather", b.parameters * FP32 / n, n) for b in blocks]
+        reduce = [costs.collective_ms("reduce_scatter", b.parameters * FP32, n) for b in blocks]
+        forward = [b.forward_ms.at(samples) * slow for b in blocks]
+        backward = [b.backward_ms.at(samples) * slow for b in blocks]
+        # One communication stream, one block ahead of the compute: block i's all-gather may start once
+        # the previous all-gather is done and block i-1 has started computing.
+        comm = compute = started = 0.0
+        for i in range(len(blocks)):
+            comm = max(comm, started) + gather[i]
+            started = max(compute, comm)
+            compute = started + forward[i]
+        for i in reversed(range(len(blocks))):
+            if scenario.reshard_after_forward and i < len(blocks) - 1:  # the last block's stays gathered
+                comm = max(comm, started) + gather[i]
+            started = max(compute, comm)
+            compute = started + backward[i]
+            comm = max(comm, compute) + reduce[i]
+        overhead = (own_overhead(costs, threads, samples) * slow
+                    + costs.runtime_for(n)[self.residual] * len(blocks))
+        # FSDP2 copies each shard into the all-gather's buffer and the gathered block out of it, and each
+        # block's gradients into the reduce-scatter's: about 2 passes over a block's bytes per collective.
+        gathered = 2 if scenario.reshard_after_forward else 1
+        overhead += sum(costs.copy_ms(threads, 2 * FP32 * b.parameters) for b in blocks) * (gathered + 1) * slow
+        busy = sum(forward) + sum(backward) + overhead
+        regathers = sum(gather[:-1]) if scenario.reshard_after_forward else 0.0
+        exposed = partly_hidden(max(comm, compute) - (busy - overhead), sum(gather) + regathers + sum(reduce),
+                                costs.overlap_for(n))
+        end = busy + exposed
+        update = costs.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
+        return StepPrediction(end + update, busy, end - busy, update)
+
+    def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
+               gathered_bytes: int = FP32) -> dict[str, int]:
+        n = scenario.devices
+        parameters = sum(b.parameters for b in blocks)
+        # ZeRO-3 holds one block gathered at a time; ZeRO-2 keeps every block gathered after its forward
+        gathered = max(b.parameters for b in blocks) if scenario.reshard_after_forward else parameters
+        return by_kind(parameters / n, parameters / n, states * parameters / n,
+                       sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch / n,
+                       gathered_parameters=gathered_bytes * gathered)
+
+
 class FSDPStrategy(Strategy):
     """FSDP2: parameters, gradients and optimizer state sharded over the ranks, gathered block by block."""
 
     name = "fsdp"
+    cost_model = ShardedCost()
     splits_the_batch = True
     min_devices = 2  # sharded over one rank, nothing is sharded
     launch = Launch.PER_DEVICE

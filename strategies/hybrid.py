@@ -30,6 +30,7 @@ tests/test_hybrid.py checks both against ``single``.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,11 +42,20 @@ from torch import nn
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
 from strategies.composition import check_fsdp_schedule, check_mesh, comparison_parts, layout_of, parallelize_part
+from strategies.cost_model import FP32, CostSource, Scenario
 from strategies.ddp import ReplicaAverager
 from strategies.distributed import backend
 from strategies.fsdp import full_state
 from strategies.mesh import LAYOUT, MeshLayout
-from strategies.options import BucketOptions, MeshOptions, ModelFacts, PipelineOptions, RunOptions, SplitOptions
+from strategies.options import (
+    BucketOptions,
+    MeshOptions,
+    ModelFacts,
+    OptionSource,
+    PipelineOptions,
+    RunOptions,
+    SplitOptions,
+)
 from strategies.pipeline import (
     PipelinePart,
     PipelineRankFields,
@@ -56,6 +66,7 @@ from strategies.pipeline import (
     run_schedule,
     scale_gradients,
 )
+from strategies.pipeline_cost import PipelineCost
 from strategies.shards import shard_range
 from strategies.timing import timed_step
 
@@ -71,6 +82,39 @@ class HybridRankFields:
     grad_bytes: int
 
 
+class HybridCost(PipelineCost):
+    """dp x pp: pp's schedule on each replica's pipeline, then the stages' gradient all-reduce over the
+    replicas, exposed. Meshes with FSDP or tp dimensions have no model here yet."""
+
+    residual = "hybrid_per_step"
+    """Beyond pp's per action: the replicas' gradient averaging by hand (strategies/ddp.py's ReplicaAverager)
+    and the two meshes' groups, per step."""
+
+    def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
+        mesh = options.group(MeshOptions)
+        layout = MeshLayout.for_devices(scenario.devices, mesh.dp, mesh.pp, mesh.dp_shard, mesh.tp)
+        if layout.dp_shard > 1 or layout.tp > 1:
+            raise ValueError("no cost model for hybrid with --dp-shard or --tp yet (dp x pp only)")
+        return dataclasses.replace(scenario, dp=layout.dp, pp=layout.pp)
+
+    def replicas(self, scenario: Scenario) -> int:
+        return scenario.dp or 1
+
+    def runtime_units(self, scenario: Scenario, blocks: int) -> int:
+        return 1
+
+    def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
+        if ranks < 4 or ranks % 2:  # 2 replicas of a pipeline of at least 2 stages
+            return None
+        return {"microbatches": microbatches, "dp": 2, "pp": ranks // 2}
+
+    def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: int, replicas: int) -> float:
+        if replicas == 1:
+            return 0.0
+        return (costs.collective_ms("all_reduce", stage_parameters * FP32, replicas)
+                + costs.runtime_for(scenario.devices)[self.residual])
+
+
 class HybridStrategy(Strategy):
     """An N-D mesh: --dp replicas x --dp-shard FSDP ranks x a --pp-rank pipeline x --tp tensor-parallel ranks."""
 
@@ -79,6 +123,7 @@ class HybridStrategy(Strategy):
     launch = Launch.PER_DEVICE
     min_devices = 4
     min_mesh_dims = 2  # one dimension alone is ddp, fsdp, pp or tp
+    cost_model = HybridCost()
     description = ("N-D DeviceMesh: --dp replicas x --dp-shard FSDP x --pp pipeline x --tp tensor parallel "
                    "(default dp x pp, pp 2)")
     reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions, MeshOptions, BucketOptions)

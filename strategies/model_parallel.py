@@ -26,11 +26,14 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
+from strategies.cost_model import FP32, BlockCosts, Scenario
 from strategies.devices import peak_memory
 from strategies.options import ModelFacts, RunOptions, SplitOptions
 from strategies.partition import split_sequential
+from strategies.pipeline_cost import largest_stage
 from strategies.precision import Precision
 from strategies.schedules import clock_cycles, fill_drain_bubble
+from strategies.single import WholeModelCost
 from strategies.stages import check_split, stage_balance
 from strategies.timing import BACKWARD, FORWARD, RankTiming, StepLog, StepTimer, pipeline_fields, timed_step
 
@@ -118,10 +121,32 @@ class ModelParallelRankFields:
     peak_mem_bytes: list[int]
 
 
+class StagesInTurnCost(WholeModelCost):
+    """Each micro-batch a pass of its own through every block, the stages taking turns as its devices do,
+    each paying mp's own runtime (the hand-over between stages, the micro-batch's slicing and loss), measured
+    in one process at each stage count; every stage holds all its micro-batches' activations."""
+
+    residual = "mp_per_microbatch"
+
+    def passes(self, scenario: Scenario) -> int:
+        return scenario.microbatches
+
+    def runtime_units(self, scenario: Scenario, blocks: int) -> int:
+        return scenario.microbatches
+
+    def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
+        return {"microbatches": microbatches}
+
+    def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
+               gathered_bytes: int = FP32) -> dict[str, int]:
+        return largest_stage(blocks, scenario, states, replicas=1, all_in_flight=True)
+
+
 class ModelParallelStrategy(Strategy):
     """Model parallel in one process: stages on devices, optionally micro-batched (GPipe wavefront)."""
 
     name = "mp"
+    cost_model = StagesInTurnCost()
     min_devices = 2
     launch = Launch.IN_PROCESS
     description = "layers split across devices in one process; --microbatches pipelines them (GPipe)"

@@ -39,6 +39,7 @@ from strategies.distributed import backend, default_backend, gather_objects
 from strategies.errors import ConfigError
 from strategies.options import ModelFacts, PipelineOptions, RunOptions, SplitOptions
 from strategies.partition import split_sequential
+from strategies.pipeline_cost import PipelineCost
 from strategies.pipeline_stage import Contiguous, timed_stage_class
 from strategies.precision import Precision
 from strategies.schedules import (
@@ -243,6 +244,7 @@ class PipelineStrategy(Strategy):
     """torch.distributed.pipelining: one process per rank, p*v stages, a named schedule."""
 
     name = "pp"
+    cost_model = PipelineCost()
     min_devices = 2
     launch = Launch.PER_DEVICE
     description = "pipeline parallel (torch.distributed.pipelining): one process per stage, --schedule"

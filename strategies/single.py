@@ -2,10 +2,50 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
+from strategies.cost_model import (
+    FP32,
+    BlockCosts,
+    CostModel,
+    CostSource,
+    Scenario,
+    StepPrediction,
+    by_kind,
+    threads_per_process,
+    whole_pass,
+)
+
+
+class WholeModelCost(CostModel):
+    """One process computes every block, one after another, for each of its passes (``microbatches``: mp's
+    stages take turns, as its devices do), then the update. In-process strategies keep every core."""
+
+    def passes(self, scenario: Scenario) -> int:
+        return 1
+
+    def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
+        threads = scenario.threads or threads_per_process(1)
+        blocks = costs.blocks(threads)
+        passes = self.passes(scenario)
+        samples = scenario.global_batch / passes
+        forward, backward = whole_pass(blocks, range(len(blocks)), samples)
+        # Each pass pays (or gains) what a whole pass did beyond its blocks in the calibration's plain steps,
+        # plus the strategy's own runtime per pass (mp's hand-over between stages).
+        per_pass = costs.runtime_for(scenario.devices)[self.residual] if self.residual else 0.0
+        compute = (forward + backward + costs.overhead_ms(threads, samples) + per_pass) * passes
+        update = costs.optimizer_ms(threads, sum(b.parameters for b in blocks))
+        return StepPrediction(compute + update, compute, 0.0, update)
+
+    def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
+               gathered_bytes: int = FP32) -> dict[str, int]:
+        parameters = sum(b.parameters for b in blocks)
+        saved = sum(b.saved_bytes_per_sample for b in blocks)
+        return by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch)
 
 
 class SingleDevice(Strategy):
@@ -16,6 +56,7 @@ class SingleDevice(Strategy):
     launch = Launch.IN_PROCESS
     description = "whole model on one device (the reference)"
     max_devices = 1
+    cost_model = WholeModelCost()
 
     def prepare(self, spec: ModelSpec, topo: Topology) -> nn.Module:
         return spec.blocks.to(topo.devices[0])

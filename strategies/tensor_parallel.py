@@ -20,18 +20,30 @@ foreach stays on, so nothing is given up for it (tests/test_tensor_parallel.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from models.spec import COLWISE, ModelSpec, TensorParallelPlan
+from models.spec import COLWISE, ROWWISE, ModelSpec, TensorParallelPlan
 from strategies.base import Launch, Strategy, Topology
+from strategies.cost_model import (
+    FP32,
+    BlockCosts,
+    CostModel,
+    CostSource,
+    Scenario,
+    StepPrediction,
+    by_kind,
+    own_overhead,
+    threads_per_process,
+)
 from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.fsdp import full_state
-from strategies.options import ModelFacts, RunOptions
+from strategies.options import ModelFacts, OptionSource, RunOptions
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -64,10 +76,62 @@ def parallelize_blocks(blocks: nn.Module, styles: dict[str, str], mesh: DeviceMe
     return parallelize_module(blocks, mesh, plan)
 
 
+class TensorParallelCost(CostModel):
+    """The sharded blocks' compute divided by the degree; each column/row pair's all-reduce forward and
+    backward on the critical path (every rank sees the whole batch)."""
+
+    residual = "tp_per_layer"
+    """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
+
+    def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
+        import models
+
+        with torch.device("meta"):
+            plan = models.build_model(model, preset, norm).tp_plan
+        styles = plan.styles if plan else {}
+        block_of = {path: int(path.split(".")[0]) for path in styles}
+        blocks = sorted(set(block_of.values()))
+        pairs = tuple(sum(block_of[p] == b and style == ROWWISE for p, style in styles.items()) for b in blocks)
+        layers = tuple(sum(block_of[p] == b for p in styles) for b in blocks)
+        return dataclasses.replace(scenario, tp_blocks=tuple(blocks), tp_pairs=pairs, tp_layers=layers)
+
+    def runtime_units(self, scenario: Scenario, blocks: int) -> int:
+        return sum(scenario.tp_layers)
+
+    def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
+        n = scenario.devices
+        threads = threads_per_process(n)
+        blocks, slow = costs.blocks(threads), costs.slowdown_for(n)
+        samples = scenario.global_batch
+        compute = comm = 0.0
+        pairs = dict(zip(scenario.tp_blocks, scenario.tp_pairs, strict=True))
+        for i, block in enumerate(blocks):
+            share = 1 / n if i in pairs else 1.0
+            compute += (block.forward_ms.at(samples) + block.backward_ms.at(samples)) * share * slow
+            # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
+            comm += 2 * pairs.get(i, 0) * costs.collective_ms("all_reduce", block.output_bytes_per_sample * samples, n)
+        compute += own_overhead(costs, threads, samples) * slow
+        comm += costs.runtime_for(n)[self.residual] * sum(scenario.tp_layers)
+        update = costs.optimizer_ms(threads, self._local_parameters(blocks, scenario)) * slow
+        return StepPrediction(compute + comm + update, compute, comm, update)
+
+    def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
+               gathered_bytes: int = FP32) -> dict[str, int]:
+        local = self._local_parameters(blocks, scenario)
+        return by_kind(local, local, states * local,
+                       sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch)
+
+    @staticmethod
+    def _local_parameters(blocks: Sequence[BlockCosts], scenario: Scenario) -> float:
+        sharded = sum(blocks[i].parameters for i in scenario.tp_blocks)
+        return sum(b.parameters for b in blocks) - sharded * (1 - 1 / scenario.devices)
+
+
 class TensorParallelStrategy(Strategy):
     """Tensor parallel: column-then-row-wise Linear pairs sharded over the ranks, the batch whole on each."""
 
     name = "tp"
+    cost_model = TensorParallelCost()
     min_devices = 2
     launch = Launch.PER_DEVICE
     description = "tensor parallel (parallelize_module, column- then row-wise pairs): one process per device"

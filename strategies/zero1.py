@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from strategies.base import OptimizerChoice
-from strategies.ddp import DDPRankFields, DistributedDataParallelStrategy
+from strategies.cost_model import FP32, CostSource, Scenario
+from strategies.ddp import DataParallelCost, DDPRankFields, DistributedDataParallelStrategy
 
 
 def sharded_optimizer(params: object, choice: OptimizerChoice) -> torch.optim.Optimizer:
@@ -27,11 +28,30 @@ def sharded_optimizer(params: object, choice: OptimizerChoice) -> torch.optim.Op
     return ZeroRedundancyOptimizer(params, optimizer_class=choice.cls, **choice.kwargs)
 
 
+class ZeRO1Cost(DataParallelCost):
+    """ddp's step with 1/N of the update, then every parameter tensor broadcast from the rank that updated it,
+    one at a time (ZeroRedundancyOptimizer's parameters_as_bucket_view=False, its default): many small
+    tensors pay a broadcast's latency each."""
+
+    residual = "zero1_per_step"
+    """Beyond ddp's: its own work per step beyond its broadcasts (counted from the curve)."""
+
+    def update_ms(self, costs: CostSource, scenario: Scenario, threads: int, parameters: int) -> tuple[float, float]:
+        n = scenario.devices
+        broadcasts = sum(costs.collective_ms("broadcast", FP32 * t, n)
+                         for b in costs.blocks(threads) for t in b.tensor_sizes())
+        return costs.optimizer_ms(threads, parameters / n), broadcasts + costs.runtime_for(n)[self.residual]
+
+    def optimizer_share(self, scenario: Scenario) -> float:
+        return 1 / scenario.devices
+
+
 class ZeRO1Strategy(DistributedDataParallelStrategy):
     """DistributedDataParallel with ZeroRedundancyOptimizer: optimizer state sharded over the ranks."""
 
     name = "zero1"
     min_devices = 2  # sharded over one rank, nothing is sharded
+    cost_model = ZeRO1Cost()
     description = "DDP with the optimizer state sharded (ZeroRedundancyOptimizer, ZeRO-1): one process per device"
 
     def make_optimizer(self, model: nn.Module, choice: OptimizerChoice) -> torch.optim.Optimizer:

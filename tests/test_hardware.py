@@ -103,13 +103,13 @@ def test_pipeline_neighbours_on_two_nodes_pay_the_network_at_the_boundary_betwee
 
 
 def test_memory_is_in_the_runs_precision_bf16_gathers_and_activations_half_of_fp32s() -> None:
-    from bench.predict.memory import predict_memory
+    from bench.predict.costs import predict_memory
 
     scenario = Scenario("fsdp", 8, 64)
     by_precision = {}
     for precision in ("bf16", "fp32"):
         source = RooflineSource(profile("h200", (8,)), "transformer", "small", "batch", precision)
-        by_precision[precision] = predict_memory(source.blocks(1), scenario, 2, None, source.compute_bytes)
+        by_precision[precision] = predict_memory(source.blocks(1), scenario, 2, source.compute_bytes)
     bf16, fp32 = by_precision["bf16"], by_precision["fp32"]
     assert bf16["gathered_parameters"] * 2 == pytest.approx(fp32["gathered_parameters"], rel=1e-6)
     assert bf16["activations"] * 2 == pytest.approx(fp32["activations"], rel=1e-6)

@@ -72,6 +72,7 @@ def test_channels_last_trains_like_contiguous_within_fp32_tolerance(tmp_path: Pa
     assert_matches_reference(*trained(dataclasses.replace(config, channels_last=True)), expected)
 
 
+@pytest.mark.launches  # torch.compile may start a Python process to check a cached kernel loads (inductor)
 def test_compiled_and_checkpointed_mp_stages_train_like_one_plain_device(tmp_path: Path) -> None:
     config = base(tmp_path, model="mlp")
     expected = trained(config)

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.launch import threads_per_process
 from strategies import ConfigError
+from strategies.cost_model import RuntimeOverheads, threads_per_process
 
 CALIBRATION_VERSION = 4
 
@@ -114,27 +114,6 @@ class Curve:
 
 
 @dataclass(frozen=True)
-class RuntimeOverheads:
-    """Milliseconds the distributed runtimes add beyond compute and counted communication, each in the unit
-    it grows with (bench/predict/runtime.py measures them; zero where not measured)."""
-
-    ddp_per_step: float = 0.0
-    zero1_per_step: float = 0.0
-    """Beyond ddp's: ZeroRedundancyOptimizer's own work per step beyond its broadcasts (one per parameter
-    tensor, counted from the curve)."""
-    fsdp_per_block: float = 0.0
-    tp_per_layer: float = 0.0
-    """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
-    pp_per_action: float = 0.0
-    hybrid_per_step: float = 0.0
-    """dp x pp beyond pp's per action: the replicas' gradient averaging by hand (strategies/ddp.py's
-    ReplicaAverager) and the two meshes' groups, per step."""
-    mp_per_microbatch: float = 0.0
-    """mp's per micro-batch beyond its passes through the blocks: the hand-over between its stages, the
-    micro-batch's slicing and loss, the step's spans; measured in one process at each stage count."""
-
-
-@dataclass(frozen=True)
 class Communication:
     """What N processes of this machine cost beyond their compute, measured on N of them: on shared CPU
     cores a collective among 4 processes is not a 2-process one with more bytes (the processes queue for
@@ -142,7 +121,8 @@ class Communication:
 
     collectives: dict[str, Curve]
     """all_reduce, all_gather, reduce_scatter, broadcast, send_recv."""
-    runtime: RuntimeOverheads = RuntimeOverheads()
+    runtime: RuntimeOverheads = field(default_factory=RuntimeOverheads)
+    """Each cost model's ``residual`` term (strategies/cost_model.py), measured by bench/predict/runtime.py."""
     overlap: float = 1.0
     """The share of a collective that hides behind compute running at the same time (1: all of it, as on
     GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""

@@ -20,11 +20,12 @@ from bench.paths import check_writable
 from bench.predict.calibration import Calibration, Communication
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import Disturbed, compute_costs, slowdown
+from bench.predict.costs import predicted_strategies
 from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
 from bench.predict.record import prediction_record
 from bench.predict.runtime import (
-    IN_PROCESS,
     fitted_key,
+    in_process,
     in_process_step_ms,
     reference_batches,
     reference_configs,
@@ -35,12 +36,12 @@ from bench.predict.what_if import print_predictions, what_if_fields
 from bench.records import append_record
 from bench.runner import optimizer_choice
 from strategies import ConfigError, strategy_class
+from strategies.options import SplitOptions
 
 log = logging.getLogger(__name__)
 
 MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
 """What a calibration must share with the machine it predicts for."""
-PREDICTED = ("single", "dp", "ddp", "zero1", "fsdp", "tp", "mp", "pp", "hybrid")
 
 
 def machine_identity(env: dict[str, object]) -> dict[str, object]:
@@ -177,7 +178,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
     known), and the reference runs there (mp's here, in one process) with their median steps."""
     with tempfile.TemporaryDirectory() as folder:
         references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
-        on_ranks = {name: c for name, c in references.items() if name not in IN_PROCESS}
+        on_ranks = {name: c for name, c in references.items() if not in_process(name)}
         curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)
@@ -229,8 +230,8 @@ def _configs(args: argparse.Namespace, norm: str, scaling: str) -> list[RunConfi
     configs = []
     for name in args.strategies:
         strategy_class(name)
-        if name not in PREDICTED:
-            raise ConfigError(f"no cost model for {name}; predicted: {', '.join(PREDICTED)}")
+        if name not in predicted_strategies():
+            raise ConfigError(f"no cost model for {name}; predicted: {', '.join(predicted_strategies())}")
     for name in args.strategies:
         for devices in args.devices:
             batch = args.batch_size
@@ -238,7 +239,7 @@ def _configs(args: argparse.Namespace, norm: str, scaling: str) -> list[RunConfi
                 batch = (batch or _default_batch(args.model, args.preset)) * devices
             config = RunConfig(strategy=name, model=args.model, preset=args.preset, devices=devices,
                                batch_size=batch, norm=norm, out=args.out, accelerator="cpu",
-                               microbatches=args.microbatches if name in ("mp", "pp", "hybrid") else 1,
+                               microbatches=args.microbatches if SplitOptions in strategy_class(name).reads else 1,
                                schedule=args.schedule)
             try:
                 configs.append(resolve(config))

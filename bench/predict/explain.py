@@ -10,11 +10,12 @@ calibration, not from timing pp with the cost removed).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.predict.calibration import BlockCost, RuntimeOverheads
 from bench.predict.costs import CostSource, predict_step
 from bench.predict.scenario import Scenario
+from strategies.cost_model import BlockCosts, RuntimeOverheads
 from strategies.schedules import ideal_speedup
 
 
@@ -33,7 +34,7 @@ class _Partial:
         self.source, self.update, self.slowdown, self.transfers, self.runtime = (
             source, update, slowdown, transfers, runtime)
 
-    def blocks(self, threads: int) -> list[BlockCost]:
+    def blocks(self, threads: int) -> Sequence[BlockCosts]:
         return self.source.blocks(threads)
 
     def optimizer_ms(self, threads: int, parameters: float) -> float:
@@ -45,7 +46,7 @@ class _Partial:
     def copy_ms(self, threads: int, size: float) -> float:
         return self.source.copy_ms(threads, size)
 
-    def slowdown_for(self, processes: int) -> float:
+    def slowdown_for(self, processes: float) -> float:
         return self.source.slowdown_for(processes) if self.slowdown else 1.0
 
     def collective_ms(self, operation: str, size: float, ranks: int) -> float:
@@ -74,8 +75,8 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
         "update": "the optimizer step and the step's own overhead (not pipelined)",
         "slowdown": f"{pp.devices} processes computing at once (shared cores: x{source.slowdown_for(pp.devices):.3f})",
         "transfers": "the activations and gradients sent between stages",
-        "runtime": f"the runtimes: pp's per action ({runtime.pp_per_action:.2f} ms), "
-                   f"mp's per micro-batch ({runtime.mp_per_microbatch:.2f} ms)",
+        "runtime": f"the runtimes: pp's per action ({runtime['pp_per_action']:.2f} ms), "
+                   f"mp's per micro-batch ({runtime['mp_per_microbatch']:.2f} ms)",
     }
     for name in labels:
         if name in added:

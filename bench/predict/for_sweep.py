@@ -16,8 +16,9 @@ from bench.config import RunConfig
 from bench.environment import environment
 from bench.predict.attach import handed_over
 from bench.predict.calibration import Calibration
-from bench.predict.cli import PREDICTED, calibrate, machine_identity
+from bench.predict.cli import calibrate, machine_identity
 from bench.predict.compute import Disturbed
+from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record
 from strategies import ConfigError
 
@@ -36,7 +37,7 @@ class SweepPredictor:
     def env_for(self, config: RunConfig) -> dict[str, str]:
         """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
         key = (config.model, config.preset)
-        if key not in self.calibrations or config.strategy not in PREDICTED:
+        if key not in self.calibrations or config.strategy not in predicted_strategies():
             return {}
         try:
             return handed_over(prediction_record(self.calibrations[key], config, self.sources[key]))

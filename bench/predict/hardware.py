@@ -24,11 +24,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import models
 from bench.predict.achievable import ELEMENTWISE, ELEMENTWISE_PASSES, LAUNCH_S
-from bench.predict.calibration import BlockCost, Line, RuntimeOverheads
+from bench.predict.calibration import BlockCost, Line
 from bench.predict.nccl import Link, collective_seconds, p2p_seconds
 from bench.predict.profiles import FABRICS, GPUS, NDR_400, SHARES, Gpu, Shares
 from models.sizes import COUNT_BATCH, output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from strategies import ConfigError
+from strategies.cost_model import RuntimeOverheads
 
 PRECISIONS = ("bf16", "tf32", "fp32")
 
@@ -174,7 +175,7 @@ class RooflineSource:
     def copy_ms(self, threads: int, size: float) -> float:
         return 2 * size / self._hbm * 1e3  # read and write
 
-    def slowdown_for(self, processes: int) -> float:
+    def slowdown_for(self, processes: float) -> float:
         return 1.0
 
     def collective_ms(self, operation: str, size: float, ranks: int) -> float:

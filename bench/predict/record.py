@@ -9,8 +9,7 @@ import datetime
 from bench.config import RunConfig
 from bench.launch import threads_per_process
 from bench.predict.calibration import Calibration
-from bench.predict.costs import CostSource, predict_step, stage_blocks
-from bench.predict.memory import optimizer_states, predict_memory
+from bench.predict.costs import CostSource, optimizer_states, predict_memory, predict_step
 from bench.predict.runtime import fitted
 from bench.predict.scenario import scenario_for
 from bench.predict.serves import knob_mismatch
@@ -26,14 +25,8 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
                          "run's knobs or predict only runs that share the calibration's")
     scenario = scenario_for(config)
     step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
-    stages = None
-    if scenario.strategy in ("mp", "pp", "hybrid"):
-        replicas = (scenario.dp or 1) if scenario.strategy == "hybrid" else 1
-        ranks = scenario.devices // replicas
-        stages = stage_blocks(calibration, scenario, ranks * scenario.stages_per_rank,
-                              scenario.global_batch / replicas / scenario.microbatches)
     memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
-                            optimizer_states(config.optimizer), stages,
+                            optimizer_states(config.optimizer),
                             getattr(calibration, "compute_bytes", 4))  # a GPU profile's precision
     return {
         "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",

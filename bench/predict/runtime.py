@@ -24,22 +24,21 @@ import dataclasses
 import json
 
 from bench.config import RunConfig, resolve
-from bench.predict.calibration import Calibration, RuntimeOverheads
-from bench.predict.costs import predict_step
-from bench.predict.memory import optimizer_states
+from bench.predict.calibration import Calibration
+from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import scenario_for
-from strategies import ConfigError
+from strategies import ConfigError, Launch, strategy_class
+from strategies.cost_model import RuntimeOverheads
 
 MICROBATCHES = 4
 REFERENCE_STEPS = 16
 """Timed steps per reference run in each group. Their steps take milliseconds, and the median of 8 left
 zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM."""
-REFERENCE_STRATEGIES = ("ddp", "zero1", "fsdp", "tp", "pp", "hybrid", "mp")
-"""In this order: zero1's residual is what it costs beyond ddp's, hybrid's beyond pp's."""
-IN_PROCESS = ("mp",)
-"""The reference runs of one process, timed where calibration runs rather than on the ranks."""
-UNITS = {"ddp": "ddp_per_step", "zero1": "zero1_per_step", "fsdp": "fsdp_per_block", "tp": "tp_per_layer",
-         "pp": "pp_per_action", "hybrid": "hybrid_per_step", "mp": "mp_per_microbatch"}
+
+
+def in_process(strategy: str) -> bool:
+    """A reference run of one process, timed where calibration runs rather than on the ranks."""
+    return strategy_class(strategy).launch == Launch.IN_PROCESS
 
 
 FITTED_FIELDS = ("strategy", "model", "preset", "norm", "devices", "batch_size", "microbatches", "schedule",
@@ -66,19 +65,19 @@ def reference_batches(ranks: int) -> list[int]:
 
 
 def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, RunConfig]:
-    """The reference runs on ``ranks`` ranks: each strategy the model can run, on the model and optimizer
-    calibrated, fp32, a global batch of ``ranks * MICROBATCHES``, the default options."""
+    """The reference runs on ``ranks`` ranks: each strategy whose cost model fits a residual there
+    (``CostModel.reference_options``), in the registry's order (zero1's residual is what it costs beyond
+    ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, a global batch of
+    ``ranks * MICROBATCHES``, the default options."""
     base = RunConfig(out=out, accelerator=calibrated.accelerator, backend=calibrated.backend,
                      optimizer=calibrated.optimizer, precision="fp32", model=calibrated.model,
                      preset=calibrated.preset, norm=calibrated.norm, batch_size=ranks * MICROBATCHES,
                      steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
-    for name in REFERENCE_STRATEGIES:
-        extra: dict[str, int] = {"microbatches": MICROBATCHES} if name in ("pp", "hybrid", "mp") else {}
-        if name == "hybrid":
-            if ranks < 4 or ranks % 2:  # 2 replicas of a pipeline of at least 2 stages
-                continue
-            extra |= {"dp": 2, "pp": ranks // 2}
+    for name in predicted_strategies():
+        extra = cost_model(name).reference_options(ranks, MICROBATCHES)
+        if extra is None:
+            continue
         try:
             configs[name] = resolve(dataclasses.replace(base, strategy=name, **extra))
         except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than ranks): never predicted
@@ -90,26 +89,25 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
               step_ms: dict[str, float]) -> RuntimeOverheads:
     """Each reference run's measured median step (``step_ms``) less what ``calibration`` predicts for it
     with the residuals found so far, over its unit; never below zero (a runtime gives no time back)."""
-
     found = RuntimeOverheads()
-    for name in REFERENCE_STRATEGIES:
-        if name not in step_ms:
+    for name, config in configs.items():
+        model = cost_model(name)
+        if name not in step_ms or model.residual is None:
             continue
-        scenario = scenario_for(configs[name])
+        scenario = scenario_for(config)
         predicted = predict_step(calibration.with_runtime(ranks, found), scenario,
-                                 optimizer_states(configs[name].optimizer)).step_ms
-        units = {"fsdp": len(calibration.blocks(1)), "tp": sum(scenario.tp_layers),
-                 "pp": 2 * (MICROBATCHES + ranks - 1), "mp": MICROBATCHES}.get(name, 1)
-        found = dataclasses.replace(found, **{UNITS[name]: max(0.0, step_ms[name] - predicted) / max(1, units)})
+                                 optimizer_states(config.optimizer)).step_ms
+        units = model.runtime_units(scenario, len(calibration.blocks(1)))
+        found = RuntimeOverheads(found, **{model.residual: max(0.0, step_ms[name] - predicted) / max(1, units)})
     return found
 
 
 def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
-    """The median step of each reference run of one process (``IN_PROCESS``), run here, with this process's
+    """The median step of each reference run of one process (``in_process``), run here, with this process's
     threads (as a sweep's one-process run has every core)."""
     import statistics
 
     from bench.runner import step_times_ms, train
 
     return {name: statistics.median(step_times_ms(train(config).ranks))
-            for name, config in configs.items() if name in IN_PROCESS}
+            for name, config in configs.items() if in_process(name)}

@@ -1,0 +1,150 @@
+"""What a pipeline's step costs and what its stages hold: pp's and hybrid's cost model, mp's stage memory.
+
+The schedule's own action table (strategies/action_tables.py) is replayed with the stages' calibrated F
+and B times (I and W half a B each) and transfers of the stage's output; hybrid adds the stages' gradient
+all-reduce over the replicas after the schedule. Ranks idle in the bubble leave the cores to the others
+on emulated devices, so each action computes at the slowdown of the ranks at work beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from strategies.action_tables import Action, SimulatedSpan, action_table, simulate, simulated_bubble
+from strategies.cost_model import (
+    FP32,
+    BlockCosts,
+    CostModel,
+    CostSource,
+    Scenario,
+    StepPrediction,
+    by_kind,
+    own_overhead,
+    threads_per_process,
+    whole_pass,
+)
+from strategies.partition import balance_by_cost, even_balance, explicit_balance
+from strategies.schedules import available_schedules, schedule_info
+from strategies.timing import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
+
+PIPELINE_ITERATIONS = 8
+"""Rounds of a pipeline's concurrency and its slowdown. On the 2-core VM's calibrations (mlp and
+transformer small; pp GPipe and 1F1B and dp x pp on 4 ranks) 8 rounds left the step within 0.3% of
+where 11 did."""
+
+
+def stage_blocks(blocks: Sequence[BlockCosts], balance: str, stages: int, samples: float) -> list[list[int]]:
+    """Which blocks each stage holds under ``--balance`` (strategies/partition.py's rules)."""
+    sizes = explicit_balance(balance, len(blocks), stages)
+    if sizes is None:
+        if balance == "params":
+            sizes = balance_by_cost([b.parameters for b in blocks], stages)
+        elif balance == "time":
+            sizes = balance_by_cost([sum(whole_pass(blocks, [i], samples)) for i in range(len(blocks))], stages)
+        else:
+            sizes = even_balance(len(blocks), stages)
+    starts = [sum(sizes[:s]) for s in range(stages)]
+    return [list(range(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
+
+
+def largest_stage(blocks: Sequence[BlockCosts], scenario: Scenario, states: int, replicas: int,
+                  all_in_flight: bool) -> dict[str, int]:
+    """{kind: bytes} of the pipeline rank that holds the most: its stages' state, and the activations of the
+    micro-batches in flight (all m under GPipe's fill and drain, at most p - rank under the others)."""
+    ranks = scenario.devices // replicas
+    m = scenario.microbatches
+    micro = scenario.global_batch / replicas / m
+    stages = stage_blocks(blocks, scenario.balance, ranks * scenario.stages_per_rank, micro)
+    best: dict[str, int] = {}
+    for rank in range(ranks):
+        mine = [i for s in range(rank, len(stages), ranks) for i in stages[s]]
+        held = sum(blocks[i].parameters for i in mine)
+        in_flight = m if all_in_flight else min(m, ranks - rank)
+        kinds = by_kind(held, held, states * held, sum(blocks[i].saved_bytes_per_sample for i in mine) * micro
+                        * in_flight)
+        if kinds["total"] > best.get("total", -1):
+            best = kinds
+    return best
+
+
+def _beside(span: SimulatedSpan, spans: list[SimulatedSpan]) -> float:
+    """How many ranks compute on average while ``span`` runs, itself included."""
+    length = span.end - span.start
+    if length <= 0:
+        return 1.0
+    return sum(max(0.0, min(span.end, s.end) - max(span.start, s.start)) for s in spans) / length
+
+
+class PipelineCost(CostModel):
+    """pp: one pipeline over every device, its schedule replayed action by action."""
+
+    residual = "pp_per_action"
+
+    def replicas(self, scenario: Scenario) -> int:
+        """Pipelines side by side (hybrid's dp degree)."""
+        return 1
+
+    def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
+        return {"microbatches": microbatches}
+
+    def runtime_units(self, scenario: Scenario, blocks: int) -> int:
+        # F and B of each micro-batch on each stage of a one-stage-per-rank pipeline: 2 (m + p - 1) clock
+        # cycles' actions on the longest rank
+        return 2 * (scenario.microbatches + scenario.devices // self.replicas(scenario) - 1)
+
+    def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
+               gathered_bytes: int = FP32) -> dict[str, int]:
+        return largest_stage(blocks, scenario, states, self.replicas(scenario), scenario.schedule == "gpipe")
+
+    def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
+        replicas = self.replicas(scenario)
+        ranks = scenario.devices // replicas
+        m, v = scenario.microbatches, scenario.stages_per_rank
+        threads = scenario.threads or threads_per_process(scenario.devices)
+        blocks, all_at_work = costs.blocks(threads), costs.slowdown_for(scenario.devices)
+        samples = scenario.global_batch / replicas / m
+        parts = stage_blocks(blocks, scenario.balance, ranks * v, samples)
+        times = [whole_pass(blocks, part, samples) for part in parts]
+        # Stage s runs on pipeline rank s % ranks; replica r's pipeline holds global ranks r*ranks ..
+        # r*ranks+ranks-1 (strategies/mesh.py: pp inside dp). A boundary costs the slowest replica's crossing.
+        sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples, r * ranks + s % ranks,
+                                       r * ranks + (s + 1) % ranks) for r in range(replicas))
+                 for s, part in enumerate(parts)]
+        per_action = costs.runtime_for(scenario.devices)[PipelineCost.residual]
+        slows: dict[Action, float] = {}
+
+        def duration(action: Action) -> float:
+            forward, backward = times[action.stage]
+            share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2,
+                     BACKWARD_WEIGHT: backward / 2}
+            return share[action.kind] * slows.get(action, all_at_work) + per_action
+
+        def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
+            return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
+
+        table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
+        spans = simulate(table, duration, transfer)
+        # Each action computes at the slowdown of the ranks at work beside it (over every replica), found by
+        # iterating from all of them at work (each round goes half way: a full step swings between fewer and
+        # more actions side by side).
+        for _ in range(PIPELINE_ITERATIONS if all_at_work != 1.0 else 0):
+            slows = {s.action: (slows.get(s.action, all_at_work) + costs.slowdown_for(replicas * _beside(s, spans)))
+                     / 2 for s in spans}
+            spans = simulate(table, duration, transfer)
+        makespan = max(s.end for s in spans)
+        busy = max(sum(s.end - s.start for s in spans if s.rank == r) for r in table)
+        stage_parameters = max(sum(blocks[i].parameters for p in range(r, ranks * v, ranks) for i in parts[p])
+                               for r in range(ranks))
+        update = costs.optimizer_ms(threads, stage_parameters) * all_at_work
+        # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
+        # all-reduce runs after it, exposed.
+        averaging = self.averaging_ms(costs, scenario, stage_parameters, replicas)
+        split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
+        notes = ["I and W are taken as half a backward each"] if split else []
+        overhead = own_overhead(costs, threads, samples * m) * all_at_work  # the step's own, once per schedule
+        return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
+                              simulated_bubble(spans), spans, notes)
+
+    def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: int, replicas: int) -> float:
+        """What the replicas' gradient averaging adds after the schedule (none for one pipeline)."""
+        return 0.0
