@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+
 from strategies.base import Launch, Strategy, Topology
 from strategies.data_parallel import DataParallelStrategy
 from strategies.ddp import DistributedDataParallelStrategy
@@ -31,6 +34,28 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
+PLUGINS_VARIABLE = "BENCH_STRATEGY_MODULES"
+"""Comma-separated modules whose ``STRATEGIES`` (a tuple of Strategy classes) join the registry when this package
+is imported: a strategy of one's own, in one module, reaches every command and every process a run starts
+(torchrun's workers inherit the variable). docs/strategies.md: "Adding a strategy"."""
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Adds ``cls`` to the registry under ``cls.name``; a name already taken is a ConfigError."""
+    if STRATEGIES.get(cls.name, cls) is not cls:
+        raise ConfigError(f"strategy name {cls.name!r} is taken by {STRATEGIES[cls.name].__qualname__}")
+    STRATEGIES[cls.name] = cls
+    return cls
+
+
+def load_plugins(modules: str | None = None) -> list[type[Strategy]]:
+    """Registers the strategies of each module in ``modules`` (default: ``$BENCH_STRATEGY_MODULES``)."""
+    found: list[type[Strategy]] = []
+    for module in filter(None, (m.strip() for m in (modules or os.environ.get(PLUGINS_VARIABLE, "")).split(","))):
+        found += [register(cls) for cls in importlib.import_module(module).STRATEGIES]
+    return found
+
+
 def strategy_class(name: str) -> type[Strategy]:
     """The strategy registered as ``name``; an unknown name lists the valid ones."""
     try:
@@ -51,4 +76,7 @@ def build_strategy(name: str, options: OptionSource) -> Strategy:
     return cls(options.group(RunOptions), **groups)
 
 
-__all__ = ["STRATEGIES", "ConfigError", "Launch", "Strategy", "Topology", "build_strategy", "readers", "strategy_class"]
+load_plugins()
+
+__all__ = ["PLUGINS_VARIABLE", "STRATEGIES", "ConfigError", "Launch", "Strategy", "Topology", "build_strategy",
+           "load_plugins", "readers", "register", "strategy_class"]
