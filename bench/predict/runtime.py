@@ -2,10 +2,10 @@
 
 Hooks, bucketing, DTensor dispatch, a pipeline schedule's bookkeeping per action: none of it is in a
 block's compute or a collective's curve, and on small models it is most of a step (a 2-rank pp step of
-the tiny mlp idles most of its time between actions). So calibration runs the suite's own ``ddp``,
-``zero1``, ``fsdp``, ``tp``, ``pp`` and (on 4 ranks or more) ``hybrid`` dp x pp on the model being
-calibrated, at a small batch, on N processes, and keeps what each step took beyond what the cost models
-(bench/predict/costs.py) predict for that very run with no runtime cost, in the unit it grows with: per
+the tiny mlp idles most of its time between actions). So calibration runs each strategy whose cost model
+names a ``residual`` (``ddp``, ``zero1``, ``fsdp``, ``tp``, ``pp``, on 4 ranks or more ``hybrid`` dp x pp)
+on the model being calibrated, at a small batch, on N processes, and keeps what each step took beyond
+what its cost model predicts for that very run with no runtime cost, in the unit it grows with: per
 step (ddp; zero1 beyond ddp), per block (fsdp), per parallelized layer (tp), per schedule action (pp),
 per step beyond pp's (hybrid). Each device count is measured on that many processes: on shared cores 4
 ranks wait for each other far longer than 2 do. ``mp`` runs in one process, so its reference run is

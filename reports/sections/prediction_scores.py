@@ -9,7 +9,7 @@ from reports.context import Context
 from reports.render import Section
 
 KINDS = ("parameters", "gradients", "optimizer_state", "activations", "total")
-"""The kinds the memory model predicts (bench/predict/memory.py), as the tracker names them."""
+"""The kinds the memory model predicts (each strategy's cost model), as the tracker names them."""
 BUBBLE_TOLERANCE = 0.05
 """How far a predicted bubble may sit from the measured one (issue 29's target), as a share of the step."""
 
@@ -56,7 +56,7 @@ def section(ctx: Context) -> Section | None:
     text = []
     if not memory.empty:
         errors = memory["total error"].abs()
-        text.append(f"Memory: PREDICTED bytes by kind (bench/predict/memory.py) against torch's MemTracker on the "
+        text.append(f"Memory: PREDICTED bytes by kind (each strategy's cost model) against torch's MemTracker on the "
                     f"largest device, over the first warm-up step; total |error| median {errors.median():.1%}, "
                     f"largest {errors.max():.1%} over {len(memory)} configurations (runs the tracker cannot follow, "
                     "such as pipelines, are not scored).")
