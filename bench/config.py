@@ -14,7 +14,7 @@ import torch
 
 import models
 from bench.paths import check_writable
-from strategies import ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
+from strategies import REFERENCE, ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
 from strategies.distributed import check_backend, check_per_device_launch, check_sync_batchnorm, default_backend
 from strategies.mesh import DIMS
 from strategies.options import (
@@ -41,7 +41,7 @@ SCALINGS = ("weak", "strong")
 class HarnessOptions:
     """What the harness reads: the model, the measurement, the files, the training knobs."""
 
-    strategy: str = "single"
+    strategy: str = REFERENCE
     """Parallelism strategy (see `python -m bench list`)."""
     model: str = "cnn"
     """Model family (mlp, cnn, rnn, transformer) or your own package.module:function."""

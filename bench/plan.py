@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.config import RunConfig, resolve, unread_groups_reset
 from bench.labels import run_label
-from strategies import STRATEGIES, ConfigError, Strategy
+from strategies import REFERENCE, STRATEGIES, ConfigError, Strategy
 from strategies.options import FSDPOptions, PipelineOptions, SplitOptions
 
 
@@ -33,7 +33,7 @@ class SweepConfig:
     schedules: tuple[str, ...] = ("gpipe",)
     """Pipeline schedules, for strategies that take them."""
     reshard_after_forward: tuple[bool, ...] = (True, False)
-    """fsdp's modes: True is ZeRO-3, False ZeRO-2."""
+    """FSDP's modes: True is ZeRO-3, False ZeRO-2."""
     run_timeout_s: float = 600.0
     """Wall-clock limit of one configuration, start-up included."""
     repeats: int = 1
@@ -95,11 +95,11 @@ def _too_few_devices(sweep: SweepConfig, cls: type[Strategy], model: str) -> Pla
 def _baselines(sweep: SweepConfig, grid: list[PlannedRun]) -> list[PlannedRun]:
     """``single`` at every other global batch of the grid (weak scaling grows it with the devices), so that
     every speed-up is against one device doing the same work."""
-    if "single" not in sweep.strategies:
+    if REFERENCE not in sweep.strategies:
         return []
-    have = {(r.config.model, r.config.batch_size) for r in grid if r.config.strategy == "single"}
+    have = {(r.config.model, r.config.batch_size) for r in grid if r.config.strategy == REFERENCE}
     wanted = sorted({(r.config.model, r.config.batch_size) for r in grid if r.skip_reason is None} - have)
-    return [_checked(dataclasses.replace(sweep.base, strategy="single", model=model, devices=1,
+    return [_checked(dataclasses.replace(sweep.base, strategy=REFERENCE, model=model, devices=1,
                                          scaling=sweep.scaling, batch_size=batch), needs_gpus=False)
             for model, batch in wanted]
 

@@ -28,6 +28,7 @@ from bench.predict.hardware import RooflineSource, profile
 from bench.predict.record import prediction_record
 from bench.records import RECORD_VERSION, append_record
 from strategies import STRATEGIES, ConfigError, strategy_class
+from strategies.ddp import DistributedDataParallelStrategy
 from strategies.schedules import available_schedules
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ def main(args: argparse.Namespace) -> int:
 def _measure(result: PlanResult, args: argparse.Namespace) -> dict[int, Measured]:
     """Runs the chosen candidates here and prints predicted against measured; keyed by predicted rank."""
     chosen = result.ranked[:args.measure]
-    ddp = next((c for c in result.ranked if c.config.strategy == "ddp"), None)  # the plain baseline, always
+    baseline = DistributedDataParallelStrategy.name  # plain data parallelism, measured always
+    ddp = next((c for c in result.ranked if c.config.strategy == baseline), None)
     if ddp is not None and ddp not in chosen:
         chosen.append(ddp)
     out = Path(args.measured_out or Path(args.out).with_name(Path(args.out).stem + "-measured.jsonl"))

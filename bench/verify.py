@@ -15,7 +15,6 @@ import math
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from bench.labels import VERIFIED_CLASS
 from bench.plan import run_key
 from bench.records import RECORD_VERSION, append_record, read_records
 from bench.sweep import run_child
-from strategies import STRATEGIES, ConfigError, strategy_class
+from strategies import REFERENCE, STRATEGIES, ConfigError, strategy_class
 from strategies.mesh import DIMS, MeshLayout
 from strategies.options import MeshOptions
 
@@ -37,7 +36,7 @@ from strategies.options import MeshOptions
 def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
     # 8 samples: divisible by 2 or 4 data-parallel ranks and by 4 micro-batches. fp32 and the
     # default memory format even on GPUs (whose default is bf16): the proof is held to fp32's tolerance.
-    return RunConfig(strategy="single", model=model, preset="tiny", norm="group", batch_size=8, steps=steps,
+    return RunConfig(strategy=REFERENCE, model=model, preset="tiny", norm="group", batch_size=8, steps=steps,
                      warmup=0, seed=0, out=str(folder / "runs.jsonl"), accelerator="auto", precision="fp32",
                      channels_last=False)
 
@@ -47,29 +46,6 @@ def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path, *
     name = "-".join([strategy, reference.model, str(devices), *(f"{k}{v}" for k, v in options.items())])
     return dataclasses.replace(reference, strategy=strategy, devices=devices, microbatches=microbatches,
                                save_checkpoint=str(folder / f"{name}.pt"), **options)
-
-
-@dataclass(frozen=True)
-class MeshCheck:
-    """One more ``hybrid`` mesh verify checks beside its default dp x pp, at its smallest size."""
-
-    devices: int
-    options: dict[str, int]
-    """The degrees (and micro-batches) given on its command line."""
-
-
-MESH_CHECKS = (
-    MeshCheck(4, {"dp_shard": 2, "tp": 2, "microbatches": 1}),
-    MeshCheck(4, {"dp_shard": 2, "pp": 2}),
-)
-"""The N-D meshes beside dp x pp: each dimension hybrid composes, inside another (tests/test_hybrid.py has
-the rest, and dp-shard x tp x pp on 8 ranks)."""
-MESH_MODELS = ("mlp", "transformer")
-"""The families the meshes are checked on: the two with a tensor-parallel plan; each 4-rank run costs
-10-20 s on 2 cores."""
-
-
-
 
 
 def checked_class(config: RunConfig) -> dict[str, Any]:
@@ -99,11 +75,14 @@ def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[
 
 def candidates(strategy: str, model: str, devices: int) -> list[tuple[int, dict[str, int], str | None]]:
     """(devices, options, why skipped or None) of each run verify checks ``strategy`` by on ``model``: one at
-    its smallest size (hybrid: 2 x 2), and hybrid's N-D meshes."""
-    runs: list[tuple[int, dict[str, int], str | None]] = [(max(devices, STRATEGIES[strategy].min_devices), {}, None)]
-    if strategy == "hybrid":
-        reason = None if model in MESH_MODELS else f"skipped: N-D meshes are verified on {', '.join(MESH_MODELS)}"
-        runs += [(check.devices, dict(check.options), reason) for check in MESH_CHECKS]
+    its smallest size (hybrid: 2 x 2), and the strategy's own ``verify_checks`` (hybrid's N-D meshes)."""
+    cls = strategy_class(strategy)
+    runs: list[tuple[int, dict[str, int], str | None]] = [(max(devices, cls.min_devices), {}, None)]
+    for check in cls.verify_checks:
+        reason = None if not check.models or model in check.models else (
+            f"skipped: {', '.join(f'{k} {v}' for k, v in check.options.items())} is verified on "
+            f"{', '.join(check.models)}")
+        runs.append((check.devices, dict(check.options), reason))
     return runs
 
 
@@ -206,7 +185,7 @@ def row_label(row: dict[str, Any]) -> str:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("verify", help="check every strategy against single on this machine's devices")
-    others = tuple(s for s in STRATEGIES if s != "single")
+    others = tuple(name for name, cls in STRATEGIES.items() if not cls.is_reference)
     parser.add_argument("--strategies", type=comma_list(str), default=others, help="default: all but single")
     parser.add_argument("--models", type=comma_list(str), default=tuple(models.FAMILIES), help="default: all")
     parser.add_argument("--devices", type=int, default=2, help="devices per strategy (default: 2)")

@@ -16,6 +16,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
+from strategies import STRATEGIES
+
 EMULATED_NOTE = "EMULATED: several devices shared one CPU; this is not GPU scaling"
 OVERSUBSCRIBED_NOTE = "OVERSUBSCRIBED: more processes than CPU cores"
 IDEAL = {"color": "black", "linestyle": "--", "linewidth": 1}
@@ -24,7 +26,7 @@ IDEAL = {"color": "black", "linestyle": "--", "linewidth": 1}
 # tab10 without its grey (index 7), which reads as a reference line: one fixed colour per strategy, so a
 # strategy has the same colour in every figure of every report.
 _TAB10 = plt.get_cmap("tab10").colors
-_ORDER = ("single", "dp", "ddp", "zero1", "fsdp", "tp", "mp", "pp", "hybrid")
+_ORDER = tuple(STRATEGIES)  # the registry's order: single, dp, ddp, zero1, fsdp, tp, mp, pp, hybrid
 _COLOURS = [c for i, c in enumerate(_TAB10) if i != 7]
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from bench import labels
 from bench.records import BadLine, RecordError, read_records
+from strategies.mesh import DP, DP_SHARD, PP, TP
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +106,10 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "update_fraction": fields.get("update_fraction"),
         "stage_imbalance": fields.get("stage_imbalance"),
         "stages_per_rank": config.get("stages_per_rank", 1),
-        "dp": fields.get("dp"),
-        "dp_shard": fields.get("dp_shard", 1 if fields.get("dp") else None),
-        "pp": fields.get("pp"),
-        "tp": fields.get("tp", 1 if fields.get("dp") else None),
+        DP: fields.get(DP),
+        DP_SHARD: fields.get(DP_SHARD, 1 if fields.get(DP) else None),
+        PP: fields.get(PP),
+        TP: fields.get(TP, 1 if fields.get(DP) else None),
         "parts": fields.get("parts"),
         "accelerator": record["accelerator"],
         "device_memory_bytes": (record.get("env") or {}).get("device_memory_bytes"),

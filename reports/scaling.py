@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench.stats import bootstrap_interval
+from strategies import REFERENCE
 
 BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
 """What a run shares with the run it is compared with: model and size, global batch, arithmetic."""
-SINGLE = "single"
+SINGLE = REFERENCE
 
 
 def left_out(runs: pd.DataFrame) -> pd.Series:

@@ -8,17 +8,14 @@ import pandas as pd
 
 from bench.labels import VERIFIED_CLASS
 from bench.stats import with_interval
+from strategies import REFERENCE as REFERENCE_STRATEGY
 from strategies import STRATEGIES
-from strategies.mesh import DIMS
+from strategies.mesh import DIMS, DP, PP
 from strategies.options import MeshOptions
 
 VERIFIED, NOT_VERIFIED, WRONG = "pass", "not verified", "FAIL"
 REFERENCE = "reference"
 PASS_THROUGH = "not checked: pass-through on CPU"
-
-
-REFERENCE_STRATEGY = next(name for name, cls in STRATEGIES.items() if cls.is_reference)
-"""What speed-ups are over and every strategy is verified against."""
 
 
 def with_verification(runs: pd.DataFrame, verify: pd.DataFrame) -> pd.DataFrame:
@@ -153,20 +150,20 @@ def _baseline_column(table: pd.DataFrame) -> list[str]:
 
 
 def hybrid_vs_parts(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each hybrid run's efficiency against the product of its parts', the runs its record names
-    (``parts``: ``ddp`` on D devices and ``pp`` on P devices at the hybrid's per-device batch, pp with
-    its schedule and micro-batches). 1.0: dp and pp compose perfectly; NaN: a part was not measured."""
-    if runs.empty or "hybrid" not in set(runs["strategy"]):
+    """Each composed run's efficiency against the product of its parts', the runs its record names by
+    strategy (``parts``: hybrid's dp x pp names ``ddp`` on D devices and ``pp`` on P devices at its per-device
+    batch, pp with its schedule and micro-batches). 1.0: the parts compose perfectly; NaN: a part was not
+    measured. An N-D mesh beyond dp x pp names no parts (strategies/composition.py)."""
+    if runs.empty or "parts" not in runs:
         return pd.DataFrame()
     rows = []
-    for h in runs[runs["strategy"] == "hybrid"].itertuples():
+    for h in runs.itertuples():
         parts = h.parts if isinstance(h.parts, dict) else {}
-        if not parts:  # an N-D mesh beyond dp x pp names no parts (strategies/composition.py)
+        if not parts:
             continue
-        ddp_eff, pp_eff = (_part_efficiency(runs, h.panel, parts.get(name)) for name in ("ddp", "pp"))
-        rows.append({"panel": h.panel, "variant": h.variant, "dp": h.dp, "pp": h.pp, "efficiency": h.efficiency,
-                     "ddp_efficiency": ddp_eff, "pp_efficiency": pp_eff,
-                     "vs_product_of_parts": h.efficiency / (ddp_eff * pp_eff)})
+        efficiency = {f"{name}_efficiency": _part_efficiency(runs, h.panel, part) for name, part in parts.items()}
+        rows.append({"panel": h.panel, "variant": h.variant, DP: h.dp, PP: h.pp, "efficiency": h.efficiency,
+                     **efficiency, "vs_product_of_parts": h.efficiency / math.prod(efficiency.values())})
     return pd.DataFrame(rows)
 
 

@@ -34,6 +34,9 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
+REFERENCE = SingleDevice.name
+"""The strategy every other is proven against and measured beside (``is_reference``)."""
+
 PLUGINS_VARIABLE = "BENCH_STRATEGY_MODULES"
 """Comma-separated modules whose ``STRATEGIES`` (a tuple of Strategy classes) join the registry when this package
 is imported: a strategy of one's own, in one module, reaches every command and every process a run starts
@@ -78,5 +81,5 @@ def build_strategy(name: str, options: OptionSource) -> Strategy:
 
 load_plugins()
 
-__all__ = ["PLUGINS_VARIABLE", "STRATEGIES", "ConfigError", "Launch", "Strategy", "Topology", "build_strategy",
-           "load_plugins", "readers", "register", "strategy_class"]
+__all__ = ["PLUGINS_VARIABLE", "REFERENCE", "STRATEGIES", "ConfigError", "Launch", "Strategy", "Topology",
+           "build_strategy", "load_plugins", "readers", "register", "strategy_class"]

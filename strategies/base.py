@@ -61,6 +61,17 @@ def groups_by_kind(params: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
     return [{"params": group} for group in (plain, distributed) if group]
 
 
+@dataclass(frozen=True)
+class VerifyCheck:
+    """One more configuration ``bench verify`` proves a strategy on, beside the one at its smallest size."""
+
+    devices: int
+    options: dict[str, int]
+    """The options given on its command line beyond the strategy and device count (mesh degrees, micro-batches)."""
+    models: tuple[str, ...] = ()
+    """The model families it is checked on (others get a skipped row saying so); empty: every family."""
+
+
 class Launch(enum.Enum):
     """How many processes a strategy needs."""
 
@@ -130,6 +141,8 @@ class Strategy(ABC):
     cost_model: ClassVar[CostModel | None] = None
     """How its step and memory compose from calibrated compute and collectives (strategies/cost_model.py),
     for bench predict, calibrate and plan; None: measured, never predicted."""
+    verify_checks: ClassVar[tuple[VerifyCheck, ...]] = ()
+    """What ``bench verify`` proves beyond the run at ``max(--devices, min_devices)`` with the defaults."""
     min_mesh_dims: ClassVar[int] = 1
     """For a strategy that reads ``MeshOptions``: the fewest mesh dimensions beyond degree 1 that make it
     more than another registered strategy (bench plan weighs no mesh below)."""

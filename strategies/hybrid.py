@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from models.spec import ModelSpec
-from strategies.base import Launch, Strategy, Topology
+from strategies.base import Launch, Strategy, Topology, VerifyCheck
 from strategies.composition import check_fsdp_schedule, check_mesh, comparison_parts, layout_of, parallelize_part
 from strategies.cost_model import FP32, CostSource, Scenario
 from strategies.ddp import ReplicaAverager
@@ -124,6 +124,11 @@ class HybridStrategy(Strategy):
     min_devices = 4
     min_mesh_dims = 2  # one dimension alone is ddp, fsdp, pp or tp
     cost_model = HybridCost()
+    # The N-D meshes beside dp x pp: each dimension hybrid composes, inside another (tests/test_hybrid.py has
+    # the rest, and dp-shard x tp x pp on 8 ranks), on the two families with a tensor-parallel plan (each
+    # 4-rank run costs 10-20 s on 2 cores).
+    verify_checks = (VerifyCheck(4, {"dp_shard": 2, "tp": 2, "microbatches": 1}, ("mlp", "transformer")),
+                     VerifyCheck(4, {"dp_shard": 2, "pp": 2}, ("mlp", "transformer")))
     description = ("N-D DeviceMesh: --dp replicas x --dp-shard FSDP x --pp pipeline x --tp tensor parallel "
                    "(default dp x pp, pp 2)")
     reads: ClassVar[tuple[type, ...]] = (SplitOptions, PipelineOptions, MeshOptions, BucketOptions)

@@ -29,8 +29,10 @@ from typing import NamedTuple
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-DIMS = ("dp", "dp_shard", "pp", "tp")
-"""The mesh's dimension names, outermost first."""
+DP, DP_SHARD, PP, TP = "dp", "dp_shard", "pp", "tp"
+"""Each dimension's name: its flag (``--dp-shard``), its field in a configuration and a record, its mesh axis."""
+DIMS = (DP, DP_SHARD, PP, TP)
+"""The mesh's dimension names, outermost first (context and expert parallel would join here)."""
 LAYOUT = "dp, dp_shard, pp, tp (tp innermost): rank = ((replica * dp_shard + shard) * pp + stage) * tp + tp_rank"
 
 

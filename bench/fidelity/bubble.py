@@ -1,4 +1,4 @@
-"""pp's measured bubble against its schedule's theory: the rounds pp's workers send back, and the check
+"""A pipeline's measured bubble against its schedule's theory: the rounds its workers send back, and the check
 held to the theory where the schedule has one and there are enough micro-batches for it to matter.
 """
 
@@ -30,7 +30,7 @@ class PipelineRound:
 
 @dataclass(frozen=True)
 class BubbleCheck(FigureAndLine):
-    """pp's measured bubble fraction (median over rounds) against its schedule's theoretical one."""
+    """The pipeline's measured bubble fraction (median over rounds) against its schedule's theoretical one."""
 
     name: str
     setup: Setup

@@ -32,7 +32,10 @@ from bench.fidelity.results import (
 from bench.launch import threads_per_process
 from bench.ranks import become_rank, start_ranks
 from bench.runner import step_times_ms, train
+from strategies import REFERENCE
+from strategies.ddp import DistributedDataParallelStrategy
 from strategies.distributed import gather_objects, process_group, torchrun_topology
+from strategies.fsdp import FSDPStrategy
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ def _alternated(
 
 def single_vs_plain_loop(config: RunConfig, rounds: int) -> Comparison:
     """The ``single`` strategy's median step time against the tutorial loop's, same model and batch."""
-    config = dataclasses.replace(config, strategy="single", optimizer="sgd", lr=0.01)
+    config = dataclasses.replace(config, strategy=REFERENCE, optimizer="sgd", lr=0.01)
     device = "cuda" if config.accelerator == "cuda" else "cpu"
     times = _alternated({
         "suite": lambda: train(config).ranks[0].step_times_s,
@@ -133,13 +136,13 @@ PlainStepTimes = Callable[[str, str, int, int, int, int, str], list[float]]
 def ddp_fidelity_config(config: RunConfig) -> RunConfig | None:
     """``config`` as the ddp comparison runs it, validated (ConfigError on a batch 2 does not divide);
     None where this machine cannot run it (fewer than 2 GPUs on CUDA)."""
-    return _two_process_config(config, "ddp")
+    return _two_process_config(config, DistributedDataParallelStrategy.name)
 
 
 def fsdp_fidelity_config(config: RunConfig) -> RunConfig | None:
     """``config`` as the fsdp comparison runs it, as ``ddp_fidelity_config`` does for ddp. Its
     ``reshard_after_forward`` is handed to the plain script too, so both run the same ZeRO stage."""
-    return _two_process_config(config, "fsdp")
+    return _two_process_config(config, FSDPStrategy.name)
 
 
 def _two_process_config(config: RunConfig, strategy: str) -> RunConfig | None:

@@ -40,6 +40,8 @@ from strategies.distributed import (
     init_process_group,
     torchrun_topology,
 )
+from strategies.model_parallel import ModelParallelStrategy
+from strategies.pipeline import PipelineStrategy
 from strategies.schedules import ideal_speedup
 
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ matmul per layer and not a handful of kernel launches (mlp small there times the
 
 @dataclass(frozen=True)
 class PipelineSpeedup(FigureAndLine):
-    """pp's median step time against mp's on the same stages and micro-batches."""
+    """The pipeline's median step time against the stages run in turn, on the same micro-batches."""
 
     name: str
     setup: Setup
@@ -154,20 +156,26 @@ def mp_microbatches(accelerator: str, microbatches: int) -> int:
     return 1 if accelerator == "cuda" else microbatches
 
 
+PIPELINED, IN_TURN = PipelineStrategy.name, ModelParallelStrategy.name
+"""The two sides compared: the same stages pipelined over processes, and run in turn in one process."""
+ON_ALL_CORES = f"{IN_TURN}-all"
+"""The in-turn side again with every core's threads (CPUs only)."""
+
+
 def pipeline_sides(accelerator: str, per_rank: int, all_threads: int) -> dict[str, int]:
     """The runs alternated each round and the threads each computes with: pp, mp on one pp rank's
     threads and, on CPUs only, mp on all the cores (on GPUs threads do not set a step's time)."""
-    sides = {"pp": per_rank, "mp": per_rank}
+    sides = {PIPELINED: per_rank, IN_TURN: per_rank}
     if accelerator != "cuda":
-        sides["mp-all"] = all_threads
+        sides[ON_ALL_CORES] = all_threads
     return sides
 
 
 def side_config(base: RunConfig, side: str, microbatches: int) -> RunConfig:
     """The (unresolved) configuration of one side of the round for pp's ``microbatches``."""
-    if side == "pp":
-        return dataclasses.replace(base, strategy="pp", microbatches=microbatches)
-    return dataclasses.replace(base, strategy="mp", microbatches=mp_microbatches(base.accelerator, microbatches))
+    if side == PIPELINED:
+        return dataclasses.replace(base, strategy=PIPELINED, microbatches=microbatches)
+    return dataclasses.replace(base, strategy=IN_TURN, microbatches=mp_microbatches(base.accelerator, microbatches))
 
 
 def pp_vs_mp(
@@ -198,22 +206,22 @@ def pp_vs_mp(
     sides = pipeline_sides(base.accelerator, per_rank, torch.get_num_threads())
     mp_times, pp_rounds = _pipeline_rounds(base, sides, rounds, microbatches)
     speedups = []
-    labels = {"mp": (f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
-              "mp-all": (f"{sides.get('mp-all')} threads", None)}
+    labels = {IN_TURN: (f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
+              ON_ALL_CORES: (f"{sides.get(ON_ALL_CORES)} threads", None)}
     if base.accelerator == "cuda":
-        labels["mp"] = ("one micro-batch (CUDA overlaps mp's micro-batches)", SPEEDUP_TARGET)
+        labels[IN_TURN] = ("one micro-batch (CUDA overlaps mp's micro-batches)", SPEEDUP_TARGET)
     for m in microbatches:
         pp_times = [r.step_times_ms for r in pp_rounds[m]]
         pp_ms = statistics.median(t for r in pp_times for t in r)
         mp_m = mp_microbatches(base.accelerator, m)
-        for side in (s for s in sides if s != "pp"):
+        for side in (s for s in sides if s != PIPELINED):
             label, target = labels[side]
             name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
             mp_ms = statistics.median(t for r in mp_times[side, m] for t in r)
             _, interval = pooled_ratio(mp_times[side, m], pp_times)
             predicted: tuple[GapStep, ...] = ()
             if predictor is not None:
-                pp = dataclasses.replace(scenario_for(resolve(side_config(base, "pp", m))), threads=per_rank)
+                pp = dataclasses.replace(scenario_for(resolve(side_config(base, PIPELINED, m))), threads=per_rank)
                 mp = dataclasses.replace(mp_twin(pp, sides[side]), microbatches=mp_m)
                 predicted = tuple(pipeline_gap(predictor[0], pp, mp))
             speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, mp_ms, ideal_speedup(PP_STAGES, m),
@@ -228,13 +236,13 @@ def _pipeline_rounds(
     """Alternates pp (in 2 worker processes that keep one process group) and mp's sides, round by
     round; returns mp's step times in each round per (side, M) and pp's rounds per M."""
     mp_times: dict[tuple[str, int], list[list[float]]] = {
-        (s, m): [] for s in sides if s != "pp" for m in microbatches}
+        (s, m): [] for s in sides if s != PIPELINED for m in microbatches}
     pp_rounds: dict[int, list[PipelineRound]] = {m: [] for m in microbatches}
     ctx = rank_context()
     with tempfile.TemporaryDirectory() as folder:
         inboxes = [ctx.Queue() for _ in range(PP_STAGES)]
         outbox = ctx.Queue()
-        workers = [ctx.Process(target=_pp_worker, args=(r, inboxes[r], outbox, folder, sides["pp"]))
+        workers = [ctx.Process(target=_pp_worker, args=(r, inboxes[r], outbox, folder, sides[PIPELINED]))
                    for r in range(PP_STAGES)]
         for w in workers:
             w.start()
@@ -243,7 +251,7 @@ def _pipeline_rounds(
                 for m in microbatches:
                     for side in order:
                         config = resolve(side_config(base, side, m))
-                        if side == "pp":
+                        if side == PIPELINED:
                             for inbox in inboxes:
                                 inbox.put(config)
                             pp_rounds[m].append(outbox.get(timeout=base.timeout_s))

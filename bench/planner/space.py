@@ -17,11 +17,11 @@ from typing import Any
 
 from bench.config import RunConfig
 from strategies import STRATEGIES
-from strategies.mesh import DIMS
+from strategies.mesh import DIMS, DP_SHARD, PP, TP
 from strategies.options import FSDPOptions, MeshOptions, PipelineOptions, SplitOptions
 from strategies.schedules import BY_NAME
 
-OPTIONAL_DIMS = ("dp_shard", "tp")
+OPTIONAL_DIMS = (DP_SHARD, TP)
 """Mesh degrees whose flags default to 1 (strategies/mesh.py): a candidate leaves them unset there."""
 
 
@@ -90,7 +90,7 @@ def candidates(space: SearchSpace, base: RunConfig) -> Iterator[RunConfig]:
                       if sum(1 for degree in m.values() if (degree or 1) > 1) >= cls.min_mesh_dims]
         reshards = [{"reshard_after_forward": r} for r in (True, False)] if FSDPOptions in cls.reads else [{}]
         for mesh in meshes:
-            pipelined = SplitOptions in cls.reads and (mesh.get("pp") or space.devices) > 1
+            pipelined = SplitOptions in cls.reads and (mesh.get(PP) or space.devices) > 1
             changes: dict[str, Any]
             split_axes = _pipeline_axes(space, pipelined, PipelineOptions in cls.reads)
             for split, reshard in itertools.product(split_axes, reshards):

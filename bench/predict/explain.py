@@ -13,9 +13,10 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.predict.costs import CostSource, predict_step
+from bench.predict.costs import CostSource, cost_model, predict_step
 from bench.predict.scenario import Scenario
 from strategies.cost_model import BlockCosts, RuntimeOverheads
+from strategies.model_parallel import ModelParallelStrategy
 from strategies.schedules import ideal_speedup
 
 
@@ -70,13 +71,13 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
                      ideal_speedup(pp.devices, pp.microbatches))]
     added = {"update": False, "slowdown": False, "transfers": False, "runtime": False}
     runtime = source.runtime_for(pp.devices)
+    terms = [term for term in (cost_model(s.strategy).residual for s in (pp, mp)) if term]
     labels = {
         "stages": "the stages as split (their calibrated forward and backward times)",
         "update": "the optimizer step and the step's own overhead (not pipelined)",
         "slowdown": f"{pp.devices} processes computing at once (shared cores: x{source.slowdown_for(pp.devices):.3f})",
         "transfers": "the activations and gradients sent between stages",
-        "runtime": f"the runtimes: pp's per action ({runtime['pp_per_action']:.2f} ms), "
-                   f"mp's per micro-batch ({runtime['mp_per_microbatch']:.2f} ms)",
+        "runtime": "the runtimes: " + ", ".join(f"{term} {runtime[term]:.2f} ms" for term in terms),
     }
     for name in labels:
         if name in added:
@@ -89,4 +90,4 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
 
 def mp_twin(pp: Scenario, threads: int | None) -> Scenario:
     """``mp`` on the same stages and micro-batches as ``pp``, in one process with ``threads`` threads."""
-    return dataclasses.replace(pp, strategy="mp", threads=threads)
+    return dataclasses.replace(pp, strategy=ModelParallelStrategy.name, threads=threads)

@@ -20,9 +20,13 @@ from bench.predict.achievable import Mesh, StepEstimate, images_per_s, resnet_st
 from bench.predict.profiles import FABRICS, GIB, GPUS, SHARES
 from bench.records import RECORD_VERSION
 from models.decoder import DecoderDims
+from strategies import Strategy
+from strategies.ddp import DistributedDataParallelStrategy
+from strategies.fsdp import FSDPStrategy
+from strategies.mesh import DIMS, DP, DP_SHARD, PP, TP
 
 METRICS = ("images_per_s_total", "tokens_per_s_per_gpu", "memory_gib_per_gpu")
-COLUMNS = ("id", "family", "dims", "gpu", "gpus", "gpus_per_node", "inter_node", "dp", "dp_shard", "tp", "pp",
+COLUMNS = ("id", "family", "dims", "gpu", "gpus", "gpus_per_node", "inter_node", DP, DP_SHARD, TP, PP,
            "micro_batch", "grad_accum", "global_batch", "precision", "activation_checkpointing", "compile",
            "metric", "value")
 PRECISIONS = ("tf32", "amp-fp16", "bf16", "bf16-pure")
@@ -48,18 +52,18 @@ def parse_dims(text: str) -> dict[str, str]:
 
 
 def _mesh(row: dict[str, str]) -> Mesh:
-    number = {key: int(row[key]) for key in ("gpus", "gpus_per_node", "dp", "dp_shard", "tp", "pp", "micro_batch",
-                                              "grad_accum", "global_batch")}
-    if number["tp"] > 1 or number["pp"] > 1:
-        raise Skip(f"tp {number['tp']} x pp {number['pp']}: only data parallelism (dp, dp_shard) is modelled here")
-    if number["dp"] * number["dp_shard"] != number["gpus"]:
-        raise Skip(f"dp {number['dp']} x dp_shard {number['dp_shard']} != gpus {number['gpus']}")
+    number = {key: int(row[key]) for key in ("gpus", "gpus_per_node", *DIMS, "micro_batch", "grad_accum",
+                                              "global_batch")}
+    if number[TP] > 1 or number[PP] > 1:
+        raise Skip(f"tp {number[TP]} x pp {number[PP]}: only data parallelism (dp, dp_shard) is modelled here")
+    if number[DP] * number[DP_SHARD] != number["gpus"]:
+        raise Skip(f"dp {number[DP]} x dp_shard {number[DP_SHARD]} != gpus {number['gpus']}")
     if number["micro_batch"] * number["grad_accum"] * number["gpus"] != number["global_batch"]:
         raise Skip(f"micro_batch {number['micro_batch']} x grad_accum {number['grad_accum']} x gpus "
                    f"{number['gpus']} != global_batch {number['global_batch']}")
     if row["precision"] not in PRECISIONS:
         raise Skip(f"precision {row['precision']!r}; modelled: {', '.join(PRECISIONS)}")
-    return Mesh(number["gpus"], number["gpus_per_node"], number["dp"], number["dp_shard"], number["micro_batch"],
+    return Mesh(number["gpus"], number["gpus_per_node"], number[DP], number[DP_SHARD], number["micro_batch"],
                 number["grad_accum"], row["precision"], row["activation_checkpointing"], row["compile"] == "on")
 
 
@@ -97,6 +101,11 @@ def predict_row(row: dict[str, str]) -> tuple[float, StepEstimate]:
     return mesh.micro_batch * mesh.grad_accum * decoder.seq_len / step.step_s, step
 
 
+def _strategy(row: dict[str, str]) -> type[Strategy]:
+    """The suite's strategy for a row of data parallelism: FSDP where it shards, else DDP."""
+    return FSDPStrategy if row.get(DP_SHARD, "1") not in ("", "1") else DistributedDataParallelStrategy
+
+
 def prediction_records(rows: list[dict[str, str]], source: str) -> list[dict[str, Any]]:
     """One record per row, in the file's order: ``ok`` with the error, or ``skipped`` with the reason."""
     records = []
@@ -105,7 +114,7 @@ def prediction_records(rows: list[dict[str, str]], source: str) -> list[dict[str
             "record_version": RECORD_VERSION, "kind": "prediction", "published_id": row["id"],
             "metric": row["metric"], "published_value": float(row["value"]), "published_source": row.get("source"),
             "published_file": source, "model": row["family"], "preset": row.get("arch"),
-            "strategy": "fsdp" if row.get("dp_shard", "1") not in ("", "1") else "ddp",
+            "strategy": _strategy(row).name,
             "device_count": int(row["gpus"]) if row["gpus"].isdigit() else None,
             "global_batch_size": int(row["global_batch"]) if row["global_batch"].isdigit() else None,
             "accelerator": f"{GPUS[row['gpu']].name} (predicted)" if row["gpu"] in GPUS else row["gpu"],

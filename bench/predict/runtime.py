@@ -29,6 +29,7 @@ from bench.predict.costs import cost_model, optimizer_states, predict_step, pred
 from bench.predict.scenario import scenario_for
 from strategies import ConfigError, Launch, strategy_class
 from strategies.cost_model import RuntimeOverheads
+from strategies.mesh import DIMS
 
 MICROBATCHES = 4
 REFERENCE_STEPS = 16
@@ -42,7 +43,7 @@ def in_process(strategy: str) -> bool:
 
 
 FITTED_FIELDS = ("strategy", "model", "preset", "norm", "devices", "batch_size", "microbatches", "schedule",
-                 "stages_per_rank", "dp", "pp", "dp_shard", "tp", "precision", "optimizer")
+                 "stages_per_rank", *DIMS, "precision", "optimizer")
 """What makes a sweep's run the same configuration as a reference run (steps and repeats aside)."""
 
 

@@ -17,6 +17,7 @@ from bench.predict.costs import predict_step
 from bench.predict.hardware import Hardware, RooflineSource
 from bench.predict.profiles import GPUS
 from bench.predict.scenario import Scenario
+from strategies import REFERENCE
 
 PUBLISHED = Path(__file__).parent / "data" / "train.csv"
 """The published rows the profiles were checked against (a copy of ../shared/published/train.csv)."""
@@ -71,7 +72,7 @@ def what_if_fields(records: list[dict[str, Any]], source: RooflineSource, hardwa
         devices = int(record["device_count"])
         per_device = int(record["global_batch_size"]) // devices
         if per_device not in one_device:
-            alone = predict_step(source, Scenario("single", 1, per_device), 1)
+            alone = predict_step(source, Scenario(REFERENCE, 1, per_device), 1)
             one_device[per_device] = per_device / alone.step_ms * 1e3
         memory = record["predicted_memory_by_kind"]
         total = memory.get("total", 0) if isinstance(memory, dict) else 0

@@ -9,6 +9,8 @@ from reports import figures
 from reports.capacity import preset_sizes
 from reports.context import Context
 from reports.render import Section
+from strategies import REFERENCE
+from strategies.mesh import DP, PP, TP
 
 TEXT = (
     "One row per configuration: the median over its repeats (fresh processes, run round by round), in brackets "
@@ -23,9 +25,9 @@ TEXT = (
 def mesh(row: dict) -> str:
     """The degrees as ``dp x pp x tp``, from what the run recorded (its stages, tp, hybrid's mesh)."""
     fields = row.get("fields") or {}
-    pp = int(fields.get("pp") or fields.get("stages") or 1)
-    tp = int(fields.get("tp") or 1)
-    dp = int(fields.get("dp") or max(1, int(row["devices"]) // (pp * tp)))
+    pp = int(fields.get(PP) or fields.get("stages") or 1)
+    tp = int(fields.get(TP) or 1)
+    dp = int(fields.get(DP) or max(1, int(row["devices"]) // (pp * tp)))
     return f"{dp} x {pp} x {tp}"
 
 
@@ -52,7 +54,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
             "comm MiB/step": r.get("comm_mib_per_step", float("nan")), "repeats": r["repeats"],
             "disturbed": r["disturbed_runs"], "verified": r["verified"], "emulated": r["emulated"]})
     frame = pd.DataFrame(rows)
-    if "baseline" in runs and (runs["baseline"] != "single").any():
+    if "baseline" in runs and (runs["baseline"] != REFERENCE).any():
         frame["baseline"] = list(data["baseline"])
     return frame
 

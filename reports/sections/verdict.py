@@ -13,6 +13,7 @@ from reports.capacity import device_capacity
 from reports.context import Context
 from reports.render import Section
 from reports.sections.what_if import recommendations
+from strategies import REFERENCE
 
 LEFT_OUT_OF_COMMANDS = {"out", "repeat", "profile", "save_checkpoint", "load_checkpoint", "timeout_s", "max_restarts"}
 """Config fields that say where a run wrote or which repeat it was, not what it ran."""
@@ -85,7 +86,7 @@ def verdict_lines(ctx: Context) -> list[str]:
         per_device = best["samples_per_s"] / best["devices"]
         speed = f"{row['samples_per_s']} samples/s ({per_device:,.1f} per device)"
         # Only over single: where single did not run undisturbed, the baseline is another configuration.
-        if row["devices"] > 1 and row.get("speedup") and best.get("baseline", "single") == "single":
+        if row["devices"] > 1 and row.get("speedup") and best.get("baseline", REFERENCE) == REFERENCE:
             speed += f", {row['speedup']}x single"
         lines.append(f"{head}: use **{use}**. {speed}; {_memory(best.to_dict())}; {_checked(best['verified'])}; "
                      f"{_sure(row['fastest'])}. Run: `{command(_config(best))}`")
