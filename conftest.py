@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     """GPU names, count and topology, and the torch/CUDA/NCCL versions, next to pytest-benchmark's CPU info."""
-    from bench.environment import environment
+    from bench.harness.environment import environment
 
     machine_info["parallelism_suite"] = environment()
 

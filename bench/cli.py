@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING
 import torch
 
 import models
-from bench import failures, plan_cli, sweep, verify
-from bench import report_cli as report
-from bench.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
-from bench.config import RunConfig, from_json, gpus_available, resolve, to_json
-from bench.environment import environment
-from bench.explain import add_explain_parser, cmd_explain
-from bench.fidelity import (
+from bench.commands import plan as plan_cli
+from bench.commands import predict as predict_cli
+from bench.commands import report
+from bench.commands.explain import add_explain_parser, cmd_explain
+from bench.experiments import sweep, verify
+from bench.experiments.fidelity import (
     ddp_fidelity_config,
     ddp_vs_plain_ddp,
     fidelity_record,
@@ -29,19 +28,22 @@ from bench.fidelity import (
     pp_vs_mp,
     single_vs_plain_loop,
 )
-from bench.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
-from bench.logs import configure_logging
-from bench.predict import cli as predict_cli
+from bench.harness import failures
+from bench.harness.cli_args import OneLineParser, add_config_arguments, config_from_args, fail
+from bench.harness.config import RunConfig, from_json, gpus_available, resolve, to_json
+from bench.harness.environment import environment
+from bench.harness.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
+from bench.harness.logs import configure_logging
+from bench.harness.records import append_record, build_record, failure_record
+from bench.harness.runner import train
 from bench.predict.for_sweep import check_calibration_choice, pipeline_predictor
-from bench.records import append_record, build_record, failure_record
-from bench.runner import train
 from strategies import STRATEGIES, ConfigError, Launch, strategy_class
 from strategies.devices import devices_for, peak_memory
 from strategies.options import BucketOptions, DDPOptions, MeshOptions, PipelineOptions, SplitOptions
 from strategies.schedules import available_schedules
 
 if TYPE_CHECKING:
-    from bench.fidelity import FidelityResult
+    from bench.experiments.fidelity import FidelityResult
 
 log = logging.getLogger("bench")
 

@@ -76,7 +76,7 @@ step() {
 }
 
 export out preset
-step environment 10 python -c 'import json, sys; from bench.environment import environment
+step environment 10 python -c 'import json, sys; from bench.harness.environment import environment
 json.dump(environment(), open(sys.argv[1], "w"), indent=1)' "$out/environment.json"
 # What the CPU suite cannot see first: its CUDA bodies (tests/test_gpu.py: placement, the knobs, compile,
 # the refusals; with 2 GPUs ddp, pp, dp, tp, fsdp, zero1, mp and SyncBatchNorm).

@@ -1,6 +1,6 @@
 """The largest preset each strategy fits on the measured device: an extrapolation, labelled as one.
 
-From one configuration's tracked memory (its largest device, bench/memory.py) two rates are taken:
+From one configuration's tracked memory (its largest device, bench/harness/memory.py) two rates are taken:
 
 - state bytes per parameter: parameters, gathered parameters, gradients, optimizer state and
   buffers over the model's parameter count (so fsdp on N devices holds about 16/N for fp32 SGD

@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from bench import labels
-from bench.records import BadLine, RecordError, read_records
+from bench.harness import labels
+from bench.harness.records import BadLine, RecordError, read_records
 from strategies.mesh import DP, DP_SHARD, PP, TP
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def run_label(record: dict[str, Any]) -> str:
                              "devices": record["device_count"], "batch_size": record["global_batch_size"]})
 
 
-# what a run's row keeps of its prediction (bench/predict/attach.py); prediction_fitted: the run's timings entered it
+# what a run's row keeps of its prediction (bench/harness/attach.py); prediction_fitted: the run's timings entered it
 PREDICTED_FIELDS = ("predicted_step_time_ms", "predicted_step_time_ms_interval", "predicted_compute_ms",
                     "predicted_exposed_comm_ms", "predicted_update_ms", "predicted_bubble", "predicted_memory_by_kind")
 
@@ -93,7 +93,7 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "peak_mem_source": record["peak_mem_source"],
         "peak_mem_mib_per_device": max(peaks) / 2**20,
         **_memory_by_kind_mib(record.get("memory_by_kind")),
-        # bench/comm.py: floating-point payload each rank handed to gloo/NCCL in one step (mean over ranks)
+        # bench/harness/comm.py: floating-point payload each rank handed to gloo/NCCL in one step (mean over ranks)
         "comm_mib_per_step": float("nan" if (comm := record.get("comm_bytes_per_step_mean")) is None else comm) / 2**20,
         "mfu": record.get("mfu") if record.get("mfu") is not None else float("nan"),
         "emulated": bool(record["emulated"]),
@@ -126,7 +126,7 @@ MEMORY_KINDS = ("parameters", "gathered_parameters", "gradients", "optimizer_sta
 
 
 def _memory_by_kind_mib(tracked: object) -> dict[str, float]:
-    """The largest device's bytes of each kind (bench/memory.py), in MiB; NaN where the run tracked none."""
+    """The largest device's bytes of each kind (bench/harness/memory.py), in MiB; NaN where the run tracked none."""
     devices = tracked if isinstance(tracked, list) and tracked else None
     if devices is None:
         return {f"mem_{kind}_mib": float("nan") for kind in MEMORY_KINDS}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench.stats import bootstrap_interval
+from bench.harness.stats import bootstrap_interval
 from strategies import REFERENCE
 
 BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]

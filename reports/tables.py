@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from bench.labels import VERIFIED_CLASS
-from bench.stats import with_interval
+from bench.harness.labels import VERIFIED_CLASS
+from bench.harness.stats import with_interval
 from strategies import REFERENCE as REFERENCE_STRATEGY
 from strategies import STRATEGIES
 from strategies.mesh import DIMS, DP, PP
@@ -64,7 +64,7 @@ def _plain(value: object) -> object:
 
 
 def ran_elsewhere(row: dict) -> bool:
-    """A verify row whose strategy ran on fewer devices than it was asked for (bench/verify.py's reason
+    """A verify row whose strategy ran on fewer devices than it was asked for (bench/experiments/verify.py's reason
     ``ran on 1 device(s), not 2``): it checked another configuration."""
     return str(row.get("reason") or "").startswith("ran on ")
 

@@ -8,7 +8,7 @@ One interface covers every shape a strategy takes:
 
 A strategy is built from the option groups it reads (strategies/options.py) and keeps no state
 of a run: what it builds lives on the module ``prepare`` returns, which stands in for the model.
-The runner (bench/runner.py) calls, on every process, inside the process group it owns for
+The runner (bench/harness/runner.py) calls, on every process, inside the process group it owns for
 PER_DEVICE strategies:
 
     validate (before any process starts) -> prepare -> [shard_batch -> train_step] x steps

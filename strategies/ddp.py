@@ -202,7 +202,7 @@ class DistributedDataParallelStrategy(Strategy):
 
     def validate(self, facts: ModelFacts) -> None:
         # One-process-per-GPU and torchrun's world size are checked for every PER_DEVICE
-        # strategy in bench.config.resolve; what is left is ddp's own arithmetic.
+        # strategy in bench.harness.config.resolve; what is left is ddp's own arithmetic.
         batch, ranks = self.run.global_batch, self.run.devices
         try:
             check_divisible(batch, ranks)

@@ -2,7 +2,7 @@
 
 A strategy declares the groups it reads (``Strategy.reads``) and receives exactly those, as
 keyword arguments, so it is never handed a setting that does not concern it. The harness
-(bench/config.py) composes every group into one flat ``RunConfig``, from which the flags are
+(bench/harness/config.py) composes every group into one flat ``RunConfig``, from which the flags are
 generated, and refuses a flag of a group the chosen strategy does not read:
 
     group             flags                                              read by
@@ -50,7 +50,7 @@ class RunOptions:
 
     @property
     def global_batch(self) -> int:
-        """``batch_size`` once resolved (bench.config.resolve fills in the preset's)."""
+        """``batch_size`` once resolved (bench.harness.config.resolve fills in the preset's)."""
         if self.batch_size is None:
             raise ValueError("batch_size is filled in by resolve() before a strategy runs")
         return self.batch_size

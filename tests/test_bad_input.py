@@ -87,7 +87,7 @@ def test_more_gpus_than_the_machine_has(results: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize("strategy", ["pp", "hybrid"])
 def test_gloo_for_pipeline_sends_of_cuda_tensors_is_refused_before_launch(strategy: str) -> None:
     # Checked on the numbers alone, so it runs without a GPU: the config says cuda, the strategy refuses.
-    from bench.config import RunConfig
+    from bench.harness.config import RunConfig
     from strategies import ConfigError, build_strategy
     from strategies.options import ModelFacts
 
@@ -115,7 +115,7 @@ def test_an_output_on_a_pseudo_file_system_is_refused_even_for_root(out: str, ca
 
 
 def test_an_existing_results_file_is_checked_without_being_changed(tmp_path: Path) -> None:
-    from bench.config import RunConfig, resolve
+    from bench.harness.config import RunConfig, resolve
 
     results = tmp_path / "kept.jsonl"
     results.write_text('{"kept": true}\n')

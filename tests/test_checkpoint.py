@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from bench.config import RunConfig, resolve, unread_groups_reset
-from bench.runner import global_losses, train
+from bench.harness.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from bench.harness.config import RunConfig, resolve, unread_groups_reset
+from bench.harness.runner import global_losses, train
 from tests.helpers.cli import run_in_process
 from tests.helpers.equivalence import ATOL, RTOL
 from tests.helpers.ranks import run_ranks_sequence

@@ -1,4 +1,4 @@
-"""Communication bytes per step (bench/comm.py): the payload each rank hands to gloo, counted, on the
+"""Communication bytes per step (bench/harness/comm.py): the payload each rank hands to gloo, counted, on the
 strategies whose collectives are known by arithmetic."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.comm import counted_bytes, mean_bytes
-from bench.config import RunConfig, resolve
+from bench.harness.comm import counted_bytes, mean_bytes
+from bench.harness.config import RunConfig, resolve
 from models import build_model
 from tests.helpers.ranks import run_ranks_sequence
 

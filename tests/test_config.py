@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import bench.cli
-import bench.config
-from bench.config import RunConfig, from_json, resolve, to_json, unread_groups_reset
-from bench.launch import RESOLVED_CONFIG_VARIABLE
+import bench.harness.config
+from bench.harness.config import RunConfig, from_json, resolve, to_json, unread_groups_reset
+from bench.harness.launch import RESOLVED_CONFIG_VARIABLE
 from strategies import STRATEGIES, ConfigError, build_strategy, readers
 from strategies.options import OPTION_GROUPS, DDPOptions, FSDPOptions, PipelineOptions, RunOptions, SplitOptions
 
@@ -92,7 +92,7 @@ def test_deterministic_is_refused_on_cuda_for_a_model_torch_would_raise_on(
     model: str, accelerator: str, refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The device kind faked: resolve reads the GPUs present through gpus_available, and builds nothing on them.
-    monkeypatch.setattr(bench.config, "gpus_available", lambda: 1)
+    monkeypatch.setattr(bench.harness.config, "gpus_available", lambda: 1)
     config = RunConfig(model=model, preset="tiny", deterministic=True, accelerator=accelerator,
                        precision="fp32", out=str(tmp_path / "r.jsonl"))
     if not refused:
@@ -106,7 +106,7 @@ def test_deterministic_is_refused_on_cuda_for_a_model_torch_would_raise_on(
 
 
 def test_the_cnn_without_deterministic_resolves_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench.config, "gpus_available", lambda: 1)
+    monkeypatch.setattr(bench.harness.config, "gpus_available", lambda: 1)
     config = resolve(RunConfig(model="cnn", preset="tiny", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
     assert (config.accelerator, config.precision, config.channels_last) == ("cuda", "bf16", True)
 
@@ -124,7 +124,7 @@ def test_sync_batchnorm_runs_only_where_it_synchronises_something(
     changes: dict, message: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Before: mlp, group norm and one replica were accepted and recorded as synchronised, with nothing to sync.
-    monkeypatch.setattr(bench.config, "gpus_available", lambda: 2)
+    monkeypatch.setattr(bench.harness.config, "gpus_available", lambda: 2)
     config = RunConfig(**{"strategy": "ddp", "model": "cnn", "preset": "tiny", "devices": 2, "accelerator": "cuda",
                           "sync_batchnorm": True, "out": str(tmp_path / "r.jsonl"), **changes})
     if message is None:

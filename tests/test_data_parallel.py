@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import models
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses, train
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses, train
 from strategies.data_parallel import DataParallelStrategy, apply_data_parallel, flatten_rnn_weights
 from tests.helpers.equivalence import assert_matches_reference, reference
 

@@ -12,9 +12,9 @@ import torch
 import torch.distributed as dist
 
 from bench.cli import main
-from bench.config import RunConfig, resolve
-from bench.records import read_records
-from bench.runner import global_losses
+from bench.harness.config import RunConfig, resolve
+from bench.harness.records import read_records
+from bench.harness.runner import global_losses
 from strategies.base import Topology
 from tests.helpers.cli import BenchRun
 from tests.helpers.equivalence import assert_matches_reference, reference
@@ -114,7 +114,7 @@ def test_more_processes_than_gpus_is_refused_before_launch(
     results: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A machine with 2 GPUs, as far as the checks can tell; nothing reaches CUDA before they fail.
-    monkeypatch.setattr("bench.config.gpus_available", lambda: 2)
+    monkeypatch.setattr("bench.harness.config.gpus_available", lambda: 2)
     code, err = _run_main(capsys, results, "--devices", "4", "--batch-size", "8", "--accelerator", "cuda")
     assert code == 2 and err.count("\n") == 1
     assert "4 processes on this node, one per GPU, but this machine has 2 GPU(s); use at most 2 per node" in err
@@ -134,7 +134,7 @@ def test_many_nodes_count_gpus_per_node(monkeypatch: pytest.MonkeyPatch, tmp_pat
     # 2 nodes x 2 processes: --devices 4 on a 2-GPU machine is right, not "4 > 2 GPUs".
     for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr("bench.config.gpus_available", lambda: 2)
+    monkeypatch.setattr("bench.harness.config.gpus_available", lambda: 2)
     config = resolve(RunConfig(strategy="ddp", devices=4, batch_size=8, model="mlp", preset="tiny",
                                accelerator="cuda", out=str(tmp_path / "r.jsonl")))
     assert config.devices == 4

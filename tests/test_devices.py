@@ -1,11 +1,11 @@
-"""GPU names as torch reports them, matched to the data sheet of their own part (bench/devices.py)."""
+"""GPU names as torch reports them, matched to the data sheet of their own part (bench/harness/devices.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bench.devices import PEAK_FLOPS, gpu_part, peak_flops_per_s
+from bench.harness.devices import PEAK_FLOPS, gpu_part, peak_flops_per_s
 
 NAMES = [
     ("NVIDIA H100 80GB HBM3", "H100 SXM"),

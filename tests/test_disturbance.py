@@ -1,4 +1,4 @@
-"""A run knows when the machine was not its own (bench/disturbance.py)."""
+"""A run knows when the machine was not its own (bench/harness/disturbance.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import disturbance
-from bench.disturbance import FOREIGN_SHARE_LIMIT, RankLoad, judge
-from bench.records import read_records
+from bench.harness import disturbance
+from bench.harness.disturbance import FOREIGN_SHARE_LIMIT, RankLoad, judge
+from bench.harness.records import read_records
 from tests.helpers.cli import run_bench
 
 

@@ -104,7 +104,7 @@ def test_the_main_job_reports_the_files_its_commands_write() -> None:
 
 
 def test_the_checkpoint_snippet_loads_a_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench.checkpoint import save_checkpoint
+    from bench.harness.checkpoint import save_checkpoint
     from models import build_model
 
     (snippet,) = [block for block in code_blocks(ROOT / "docs" / "running.md", "python") if "load_state_dict" in block]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.explain import explain_dp, loader_batch_sizes, split_lines
+from bench.commands.explain import explain_dp, loader_batch_sizes, split_lines
 from strategies.shards import chunk_sizes
 
 

@@ -1,4 +1,5 @@
-"""A failed run ends in one line naming the rank that failed first, its step and its error (bench/failures.py)."""
+"""A failed run ends in one line naming the rank that failed first, its step and its error
+(bench/harness/failures.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.failures import FAILURE_DIR_VARIABLE, LaunchFailure, RankFailure, note_failure, note_step, read_failures
-from bench.records import read_records
+from bench.harness.failures import (
+    FAILURE_DIR_VARIABLE,
+    LaunchFailure,
+    RankFailure,
+    note_failure,
+    note_step,
+    read_failures,
+)
+from bench.harness.records import read_records
 from tests.helpers.cli import BenchRun
 
 RAISED = RankFailure(1, 2, "RuntimeError: injected", time_s=10.0)

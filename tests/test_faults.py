@@ -1,4 +1,4 @@
-"""Faults end within a bound, are recorded, and lose no earlier result (BENCH_FAULT, bench/faults.py)."""
+"""Faults end within a bound, are recorded, and lose no earlier result (BENCH_FAULT, bench/harness/faults.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.records import read_records
+from bench.harness.records import read_records
 from tests.faulty_models import STALLED_MARKER
 from tests.helpers.cli import ROOT, BenchRun, run_bench
 
@@ -121,8 +121,8 @@ def test_with_max_restarts_a_run_that_failed_once_completes_and_records_its_rest
 
 
 def test_benchmarks_default_to_no_restarts() -> None:
-    from bench.config import RunConfig
-    from bench.launch import torchrun_command
+    from bench.harness.config import RunConfig
+    from bench.harness.launch import torchrun_command
 
     assert RunConfig().max_restarts == 0
     assert "--max-restarts=0" in torchrun_command(2, ["run"])

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.baselines.plain_fsdp import plain_fsdp_step_times
-from bench.config import RunConfig, resolve
-from bench.fidelity import loops
-from bench.fidelity.bubble import BubbleCheck, PipelineRound, bubble_checks
-from bench.fidelity.loops import Comparison, fsdp_fidelity_config, fsdp_vs_plain_fsdp
-from bench.fidelity.pipeline import PipelineSpeedup
-from bench.fidelity.results import FidelityResult, Setup, alternate, fidelity_record, pooled_ratio, settled
-from bench.records import RECORD_VERSION, append_record, read_records
+from bench.experiments.baselines.plain_fsdp import plain_fsdp_step_times
+from bench.experiments.fidelity import loops
+from bench.experiments.fidelity.bubble import BubbleCheck, PipelineRound, bubble_checks
+from bench.experiments.fidelity.loops import Comparison, fsdp_fidelity_config, fsdp_vs_plain_fsdp
+from bench.experiments.fidelity.pipeline import PipelineSpeedup
+from bench.experiments.fidelity.results import FidelityResult, Setup, alternate, fidelity_record, pooled_ratio, settled
+from bench.harness.config import RunConfig, resolve
+from bench.harness.records import RECORD_VERSION, append_record, read_records
 from reports.build import FIDELITY_HINT, build_report
 from reports.load import load
 from strategies import ConfigError

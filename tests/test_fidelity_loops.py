@@ -1,4 +1,4 @@
-"""The single-vs-plain-loop comparison (bench/fidelity/loops.py) held to its real target, "within 2%".
+"""The single-vs-plain-loop comparison (bench/experiments/fidelity/loops.py) held to its real target, "within 2%".
 
 On 2 busy cores the tiny models' sub-millisecond steps move by more than 2% from run to run, so the
 real-timings test (tests/test_fidelity.py) can only ask for a sane ratio. Here both sides train a model
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.baselines.plain_loop import plain_step_times
-from bench.config import RunConfig, resolve
-from bench.fidelity import loops
+from bench.experiments.baselines.plain_loop import plain_step_times
+from bench.experiments.fidelity import loops
+from bench.harness.config import RunConfig, resolve
 from tests.faulty_models import SLEEP_MS_PER_SAMPLE
 from tests.helpers.baselines import plain_ddp_double_work
 

@@ -1,4 +1,4 @@
-"""What ``bench fidelity``'s pp-vs-mp holds pp against, on CPUs and on CUDA (bench/fidelity/pipeline.py).
+"""What ``bench fidelity``'s pp-vs-mp holds pp against, on CPUs and on CUDA (bench/experiments/fidelity/pipeline.py).
 
 The rounds run with their processes and timings faked: what is checked is which runs they make, and
 how the speed-ups are formed from what those runs report.
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bench.config import RunConfig
-from bench.fidelity import pipeline
-from bench.fidelity.bubble import PipelineRound
+from bench.experiments.fidelity import pipeline
+from bench.experiments.fidelity.bubble import PipelineRound
+from bench.harness.config import RunConfig
 
 
 class _Queue:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses
 from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 # The two strategies agree to the bit here; the tolerance leaves room for another reduction order,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.checkpoint import load_checkpoint
-from bench.config import RunConfig, resolve
-from bench.devices import gpu_part
-from bench.records import read_records
-from bench.runner import global_losses, train
+from bench.harness.checkpoint import load_checkpoint
+from bench.harness.config import RunConfig, resolve
+from bench.harness.devices import gpu_part
+from bench.harness.records import read_records
+from bench.harness.runner import global_losses, train
 from tests.helpers.cli import run_bench
 from tests.helpers.equivalence import assert_matches_reference, reference
 

@@ -61,7 +61,7 @@ def test_every_step_writes_its_row_and_the_sweep_plans_no_row_one_gpu_cannot_hos
     verifies = [c for c in calls if "bench verify --models mlp" in c]
     assert verifies == [c for c in verifies if "--strategies ddp --devices 1" in c] and len(verifies) == 1
     assert sum("bench verify --models transformer" in c for c in calls) == 2  # one process per pair
-    assert sum("from bench.environment import environment" in c for c in calls) == 1
+    assert sum("from bench.harness.environment import environment" in c for c in calls) == 1
 
 
 def test_a_failing_knob_leaves_the_other_knobs_and_steps_running(tmp_path: Path) -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.records import read_records
 from bench.predict.costs import predict_step
 from bench.predict.hardware import PROFILES, RooflineSource, profile
 from bench.predict.nccl import p2p_seconds
 from bench.predict.scenario import Scenario
-from bench.records import read_records
 from tests.helpers.cli import run_bench, run_in_process
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.cli import ROOT
 
-LEFT_FOR_WHERE_THEY_ARE_USED = ("torchvision", "seaborn", "matplotlib", "bench.baselines.plain_fsdp")
+LEFT_FOR_WHERE_THEY_ARE_USED = ("torchvision", "seaborn", "matplotlib", "bench.experiments.baselines.plain_fsdp")
 
 
 @pytest.mark.launches

@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses, train
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses, train
 from strategies.precision import Precision
 from tests.helpers.equivalence import assert_matches_reference, initial_state, update_error
 from tests.helpers.ranks import merged_state, run_ranks_sequence

@@ -1,4 +1,4 @@
-"""Memory by kind, exactly where the arithmetic is known (bench/memory.py, torch's MemTracker)."""
+"""Memory by kind, exactly where the arithmetic is known (bench/harness/memory.py, torch's MemTracker)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import models
-from bench.config import RunConfig, resolve
-from bench.records import read_records
-from bench.runner import train
+from bench.harness.config import RunConfig, resolve
+from bench.harness.records import read_records
+from bench.harness.runner import train
 from strategies.devices import peak_memory, reset_peak_memory
 from tests.helpers.cli import BenchRun
 

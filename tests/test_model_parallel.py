@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses, train
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses, train
 from tests.helpers.equivalence import assert_matches_reference, reference
 
 CASES = [

@@ -1,4 +1,4 @@
-"""bench/paths.py: where a command will write, checked by making and removing a file there."""
+"""bench/harness/paths.py: where a command will write, checked by making and removing a file there."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.paths import check_writable, writable_folder
+from bench.harness.paths import check_writable, writable_folder
 from strategies import ConfigError
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.config import RunConfig, resolve
-from bench.records import read_records
-from bench.runner import global_losses
+from bench.harness.config import RunConfig, resolve
+from bench.harness.records import read_records
+from bench.harness.runner import global_losses
 from strategies import timing
 from strategies.pipeline import torch_refusal
 from strategies.schedules import BY_NAME, available_schedules

@@ -1,4 +1,4 @@
-"""``single`` against the tutorial loop written apart from it (bench/baselines/plain_loop.py).
+"""``single`` against the tutorial loop written apart from it (bench/experiments/baselines/plain_loop.py).
 
 Every equivalence test holds a strategy to ``single``, run by the same runner, optimizer set-up and
 data; a fault in that shared path would pass them all. This holds ``single`` itself to the textbook
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import models
-from bench import runner
-from bench.baselines.plain_loop import plain_loop
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses, train
+from bench.experiments.baselines.plain_loop import plain_loop
+from bench.harness import runner
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses, train
 from strategies.base import OptimizerChoice
 from strategies.precision import Precision
 

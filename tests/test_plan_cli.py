@@ -1,4 +1,4 @@
-"""bench/plan_cli.py: `bench plan` end to end in this process (a hardware profile, a calibration), and its bad
+"""bench/commands/plan.py: `bench plan` end to end in this process (a hardware profile, a calibration), and its bad
 input as one line."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import plan_cli
 from bench.cli import build_parser, main
-from bench.cli_args import config_from_args
-from bench.config import RunConfig, resolve
+from bench.commands import plan as plan_cli
+from bench.harness.cli_args import config_from_args
+from bench.harness.config import RunConfig, resolve
 from bench.predict.calibration import Calibration
 from tests.helpers.cli import run_in_process
 

@@ -1,5 +1,5 @@
-"""bench/planner/ (space, search, commands): the space from the registry, the search with a fake predictor, the
-commands as literal lines."""
+"""bench/experiments/planner/ (space, search, commands): the space from the registry, the search with a fake
+predictor, the commands as literal lines."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import pytest
 
 from bench.cli import build_parser
-from bench.config import RunConfig, resolve
-from bench.planner.commands import commands, run_flags
-from bench.planner.search import Candidate, search, tied_with_first, why_slower
-from bench.planner.space import SearchSpace, candidates, factorisations
+from bench.experiments.planner.commands import commands, run_flags
+from bench.experiments.planner.search import Candidate, search, tied_with_first, why_slower
+from bench.experiments.planner.space import SearchSpace, candidates, factorisations
+from bench.harness.config import RunConfig, resolve
 from strategies import STRATEGIES
 from strategies.options import SplitOptions
 from strategies.single import SingleDevice
@@ -138,7 +138,7 @@ def test_run_flags_leave_defaults_out_but_always_name_the_essentials() -> None:
 
 
 def test_rank_correlation_is_spearmans_with_average_ranks_for_ties() -> None:
-    from bench.planner.measure import rank_correlation
+    from bench.experiments.planner.measure import rank_correlation
 
     assert rank_correlation([3.0, 2.0, 1.0], [30.0, 20.0, 10.0]) == pytest.approx(1.0)
     assert rank_correlation([3.0, 2.0, 1.0], [10.0, 20.0, 30.0]) == pytest.approx(-1.0)
@@ -148,7 +148,7 @@ def test_rank_correlation_is_spearmans_with_average_ranks_for_ties() -> None:
 
 
 def test_the_first_pick_is_in_the_measured_tie_only_where_the_intervals_meet() -> None:
-    from bench.planner.measure import Measured, first_pick_in_measured_tie
+    from bench.experiments.planner.measure import Measured, first_pick_in_measured_tie
 
     first = Candidate(BASE, {}, BASE)
     second = Candidate(dataclasses.replace(BASE, strategy="ddp"), {}, BASE)

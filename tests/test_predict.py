@@ -10,14 +10,14 @@ import pytest
 
 import models
 from bench.cli import main
-from bench.config import RunConfig, resolve
-from bench.disturbance import Verdict
-from bench.launch import threads_per_process
+from bench.harness.config import RunConfig, resolve
+from bench.harness.disturbance import Verdict
+from bench.harness.launch import threads_per_process
+from bench.harness.records import read_records
+from bench.harness.runner import train
 from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line
 from bench.predict.costs import predict_memory, predict_step
 from bench.predict.scenario import Scenario
-from bench.records import read_records
-from bench.runner import train
 from models.sizes import parameter_counts, saved_bytes_per_sample
 from strategies import ConfigError
 from strategies.cost_model import RuntimeOverheads
@@ -391,7 +391,7 @@ def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> 
 
 
 def test_calibration_times_every_batch_share_a_sweep_runs_not_only_the_micro_batches() -> None:
-    from bench.predict.cli import calibration_batches
+    from bench.predict.calibrate import calibration_batches
 
     # ddp on 2 and 4 devices runs 32 and 16 samples per process even where the sweep asks for 4 micro-batches.
     assert calibration_batches(64, (2, 4), (4,)) == [4, 8, 16, 32, 64]
@@ -463,7 +463,7 @@ def test_a_disturbed_slowdown_is_measured_again_and_one_never_quiet_refused(monk
 def test_bench_calibrate_on_a_machine_never_quiet_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.predict import cli
+    from bench.commands import predict as cli
 
     def never_quiet(*args: object, **kwargs: object) -> None:
         raise cli.Disturbed("2 process(es) computing together were disturbed in all 3 tries (...)")

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.config import RunConfig, resolve
-from bench.environment import environment
-from bench.launch import threads_per_process
+from bench.harness.config import RunConfig, resolve
+from bench.harness.environment import environment
+from bench.harness.launch import threads_per_process
+from bench.predict.calibrate import calibration_arithmetic, machine_identity
 from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line
-from bench.predict.cli import calibration_arithmetic, machine_identity
 from bench.predict.record import prediction_record
 from bench.predict.serves import knob_mismatch
 

@@ -1,4 +1,4 @@
-"""No process the suite starts outlives the one that started it, however that one ends (bench/processes.py)."""
+"""No process the suite starts outlives the one that started it, however that one ends (bench/harness/processes.py)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
     marker = f"sleeper-{tmp_path.name}"
-    parent = _start(["-c", "import sys, time; from bench import processes; "
+    parent = _start(["-c", "import sys, time; from bench.harness import processes; "
                            f"processes.start([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}']); "
                            "time.sleep(600)"])
     _wait_for(lambda: len(_alive(marker)) == 1, 30, "the child started")

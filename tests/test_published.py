@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.records import read_records
 from bench.predict import profiles
 from bench.predict.published import prediction_records, read_rows, summarize
-from bench.records import read_records
 from tests.helpers.cli import run_bench, run_in_process
 
 REPO = Path(__file__).parents[1]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import RECORD_VERSION, RecordError, append_record, read_records
+from bench.harness.records import RECORD_VERSION, RecordError, append_record, read_records
 
 
 def test_append_then_read_round_trips(results: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.records import RECORD_VERSION
+from bench.harness.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load
 from reports.scaling import with_scaling
@@ -196,7 +196,7 @@ def test_verified_means_the_class_verify_checked_and_says_why_otherwise(tmp_path
 def test_a_foreign_or_malformed_results_file_is_one_line_and_exit_2(
     content: str, suffix: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bench.records import RECORD_VERSION
+    from bench.harness.records import RECORD_VERSION
     from tests.helpers.cli import run_in_process
 
     path = tmp_path / f"foreign{suffix}"

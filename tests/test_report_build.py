@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import RECORD_VERSION
+from bench.harness.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load
 from tests.helpers.records import RECORDS, VERIFY, record, repeated

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.records import RECORD_VERSION
+from bench.harness.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load
 from tests.helpers.records import record
@@ -49,7 +49,7 @@ def test_published_checks_show_median_and_largest_error_and_every_skip_with_its_
 
 
 def test_a_published_record_missing_its_values_is_refused_by_name(tmp_path: Path) -> None:
-    from bench.records import RecordError
+    from bench.harness.records import RecordError
 
     broken = {k: v for k, v in ROWS[0].items() if k != "predicted_value"}
     path = tmp_path / "broken.jsonl"

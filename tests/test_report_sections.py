@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.records import RECORD_VERSION
+from bench.harness.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load, prediction_row
 from tests.helpers.records import RECORDS, TIMELINE, record, repeated

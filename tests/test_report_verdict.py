@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from bench.cli import build_parser
-from bench.cli_args import config_from_args
-from bench.config import RunConfig
+from bench.harness.cli_args import config_from_args
+from bench.harness.config import RunConfig
 from reports.build import build_report
 from reports.load import load
 from reports.sections.verdict import LEFT_OUT_OF_COMMANDS, command

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.config import RunConfig, resolve
-from bench.records import RECORD_VERSION, read_records
-from bench.runner import global_losses, train
+from bench.harness.config import RunConfig, resolve
+from bench.harness.records import RECORD_VERSION, read_records
+from bench.harness.runner import global_losses, train
 from tests.helpers.cli import run_bench
 from tests.helpers.ranks import run_ranks_sequence
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import models
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses
 from tests.helpers.equivalence import assert_matches_reference, reference
 from tests.helpers.ranks import merged_state, run_ranks_sequence
 

@@ -1,10 +1,10 @@
-"""Percentile bootstrap intervals, literal (bench/stats.py)."""
+"""Percentile bootstrap intervals, literal (bench/harness/stats.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.stats import bootstrap_interval, with_interval
+from bench.harness.stats import bootstrap_interval, with_interval
 
 
 def test_the_interval_holds_the_median_and_stays_within_the_values() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.plan import SweepConfig, plan, run_key
-from bench.records import read_records
+from bench.experiments.grid import SweepConfig, plan, run_key
+from bench.harness.config import RunConfig
+from bench.harness.records import read_records
 from tests.helpers.cli import run_bench
 
 
@@ -129,8 +129,8 @@ def test_sweep_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_only_configurations_whose_newest_row_is_disturbed_are_run_again(tmp_path: Path) -> None:
     import json
 
-    from bench.records import RECORD_VERSION
-    from bench.sweep import _disturbed_keys
+    from bench.experiments.sweep import _disturbed_keys
+    from bench.harness.records import RECORD_VERSION
 
     out = tmp_path / "s.jsonl"
     rows = [({"strategy": "ddp"}, True), ({"strategy": "ddp"}, False), ({"strategy": "mp"}, True)]

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 import models
-from bench.config import RunConfig
-from bench.runner import optimizer_choice
+from bench.harness.config import RunConfig
+from bench.harness.runner import optimizer_choice
 from strategies import build_strategy
 from strategies.base import Topology, groups_by_kind
 from strategies.fsdp import full_state

@@ -1,4 +1,4 @@
-"""Traces: a run's torch.profiler trace (--profile), and pipeline timelines as trace files (bench/traces.py,
+"""Traces: a run's torch.profiler trace (--profile), and pipeline timelines as trace files (bench/harness/traces.py,
 reports/traces.py). Both must load as Chrome trace-event JSON with the expected events."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import read_records
+from bench.harness.records import read_records
 from reports.build import build_report
 from reports.load import load
 from reports.traces import timeline_events

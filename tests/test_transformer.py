@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import models
-from bench.config import RunConfig, resolve
-from bench.runner import global_losses, train
+from bench.harness.config import RunConfig, resolve
+from bench.harness.runner import global_losses, train
 from models.flops import train_flops_per_sample
 from models.transformer import MLP, PRESETS, CausalSelfAttention, TokenCrossEntropy
 

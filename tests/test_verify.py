@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import verify
-from bench.checkpoint import save_checkpoint
-from bench.config import RunConfig, resolve
-from bench.launch import ChildOutcome
-from bench.plan import run_key
-from bench.records import append_record, build_record, read_records
-from bench.runner import train
+from bench.experiments import verify
+from bench.experiments.grid import run_key
+from bench.harness.checkpoint import save_checkpoint
+from bench.harness.config import RunConfig, resolve
+from bench.harness.launch import ChildOutcome
+from bench.harness.records import append_record, build_record, read_records
+from bench.harness.runner import train
 from tests.helpers.cli import run_bench
 from tests.helpers.twins import register_twins
 

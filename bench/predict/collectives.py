@@ -25,12 +25,12 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from bench.config import RunConfig
-from bench.disturbance import judge, machine_cores
+from bench.harness.config import RunConfig
+from bench.harness.disturbance import judge, machine_cores
+from bench.harness.ranks import become_rank, start_ranks
+from bench.harness.runner import step_times_ms, train
 from bench.predict.calibration import Curve
 from bench.predict.compute import half_range
-from bench.ranks import become_rank, start_ranks
-from bench.runner import step_times_ms, train
 from strategies.distributed import process_group, torchrun_topology
 
 log = logging.getLogger(__name__)

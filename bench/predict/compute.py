@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bench.disturbance import RankLoad, Snapshot, Verdict, judge, machine_cores
+from bench.harness.disturbance import RankLoad, Snapshot, Verdict, judge, machine_cores
+from bench.harness.processes import die_with_parent
+from bench.harness.ranks import rank_context
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
-from bench.processes import die_with_parent
-from bench.ranks import rank_context
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from models.spec import ModelSpec
 from strategies.devices import synchronize
@@ -175,7 +175,7 @@ def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, thread
     start.wait()
     before = Snapshot.now()
     mean = mean_step_s(lambda: spec.loss_fn(spec.blocks(inputs), targets).backward(), seconds)
-    # what this worker saw of the machine meanwhile, as a run's rank notes it (bench/disturbance.py)
+    # what this worker saw of the machine meanwhile, as a run's rank notes it (bench/harness/disturbance.py)
     results.put((rank, mean, RankLoad.between(before, Snapshot.now())))
 
 
@@ -205,7 +205,7 @@ def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, thr
     """How much slower one process's forward+backward runs while ``processes`` run it at once (each
     with ``threads`` threads) than while it runs alone: what emulated devices sharing cores cost.
 
-    Each side is measured as runs are judged (bench/disturbance.py: other processes' share of the cores
+    Each side is measured as runs are judged (bench/harness/disturbance.py: other processes' share of the cores
     over the window), again where other work disturbed it, and kept at its quickest undisturbed try (noise
     only adds time): one calibration taken while another job used the cores said 1.905 for 2 processes
     where the quiet machine's said 1.015, and every multi-process prediction followed it. ``Disturbed``

@@ -32,7 +32,7 @@ def predict_step(costs: CostSource, scenario: Scenario, optimizer_states: int) -
 
 def predict_memory(blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                    gathered_bytes: int = FP32) -> dict[str, int]:
-    """{kind: bytes} on the device that holds the most, as bench/memory.py measures them: fp32 state (4 bytes
+    """{kind: bytes} on the device that holds the most, as bench/harness/memory.py measures them: fp32 state (4 bytes
     per parameter of each kind a device holds, divided as the strategy shards it) and activations (what each
     block's forward saves for backward, times the samples a device holds at once); ``gathered_bytes`` per
     parameter FSDP gathers (2 under bf16 mixed precision on a GPU profile: FSDP2's param_dtype)."""

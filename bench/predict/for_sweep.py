@@ -12,11 +12,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.config import RunConfig
-from bench.environment import environment
-from bench.predict.attach import handed_over
+from bench.harness.attach import handed_over
+from bench.harness.config import RunConfig
+from bench.harness.environment import environment
+from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration
-from bench.predict.cli import calibrate, machine_identity
 from bench.predict.compute import Disturbed
 from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.devices import PEAK_FLOPS
+from bench.harness.devices import PEAK_FLOPS
 from bench.predict.nccl import GB, Link
 
 TB = 1e12

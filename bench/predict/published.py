@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.harness.records import RECORD_VERSION
 from bench.predict.achievable import Mesh, StepEstimate, images_per_s, resnet_step, transformer_step
 from bench.predict.profiles import FABRICS, GIB, GPUS, SHARES
-from bench.records import RECORD_VERSION
 from models.decoder import DecoderDims
 from strategies import Strategy
 from strategies.ddp import DistributedDataParallelStrategy
@@ -121,7 +121,7 @@ def prediction_records(rows: list[dict[str, str]], source: str) -> list[dict[str
             "precision": row["precision"],
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        # The fields every prediction record carries (bench/predict/cli.py), None where a row has no such figure.
+        # The fields every prediction record carries (bench/commands/predict.py), None where a row has no such figure.
         record |= {key: None for key in ("predicted_step_time_ms", "predicted_samples_per_s", "predicted_compute_ms",
                                          "predicted_exposed_comm_ms", "predicted_update_ms", "predicted_bubble",
                                          "predicted_memory_by_kind", "compute_source")}

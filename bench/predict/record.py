@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from bench.config import RunConfig
-from bench.launch import threads_per_process
+from bench.harness.config import RunConfig
+from bench.harness.launch import threads_per_process
+from bench.harness.records import RECORD_VERSION
 from bench.predict.calibration import Calibration
 from bench.predict.costs import CostSource, optimizer_states, predict_memory, predict_step
 from bench.predict.runtime import fitted
 from bench.predict.scenario import scenario_for
 from bench.predict.serves import knob_mismatch
-from bench.records import RECORD_VERSION
 from strategies import Launch, strategy_class
 
 

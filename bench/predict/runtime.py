@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from bench.config import RunConfig, resolve
+from bench.harness.config import RunConfig, resolve
 from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import scenario_for
@@ -108,7 +108,7 @@ def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
     threads (as a sweep's one-process run has every core)."""
     import statistics
 
-    from bench.runner import step_times_ms, train
+    from bench.harness.runner import step_times_ms, train
 
     return {name: statistics.median(step_times_ms(train(config).ranks))
             for name, config in configs.items() if in_process(name)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.config import RunConfig
+from bench.harness.config import RunConfig
 from bench.predict.costs import cost_model
 from strategies.cost_model import Scenario
 

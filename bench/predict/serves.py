@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.config import RunConfig
+from bench.harness.config import RunConfig
 from bench.predict.calibration import Calibration
 
 CALIBRATED_KNOBS = {"channels_last": False, "compile": False}

@@ -29,6 +29,6 @@ def section(ctx: Context) -> Section | None:
         return None
     if runs["mfu"].isna().all():
         return Section("MFU", ["MFU is left out: no run knows its devices' peak FLOP/s (GPUs listed in "
-                               "`bench/devices.py`, or `bench run --peak-tflops`)."], appendix=True)
+                               "`bench/harness/devices.py`, or `bench run --peak-tflops`)."], appendix=True)
     return Section("MFU", ["Forward+backward FLOPs per sample (`torch.utils.flop_counter`) times samples/s, over "
                            "the devices' peak FLOP/s times the device count."], [], [figure(runs, ctx)])

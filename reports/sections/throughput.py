@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.stats import with_interval
+from bench.harness.stats import with_interval
 from reports import figures
 from reports.capacity import preset_sizes
 from reports.context import Context

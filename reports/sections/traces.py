@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.labels import file_name
+from bench.harness.labels import file_name
 from reports.context import Context
 from reports.load import run_label
 from reports.render import Section

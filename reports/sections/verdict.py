@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.config import RunConfig
+from bench.harness.config import RunConfig
 from reports.capacity import device_capacity
 from reports.context import Context
 from reports.render import Section

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli_args import config_to_argv
-from bench.config import resolve
-from bench.environment import environment
-from bench.launch import child_command
-from bench.records import build_record, read_records
-from bench.runner import RankStats, RunResult, prepared_run
+from bench.harness.cli_args import config_to_argv
+from bench.harness.config import resolve
+from bench.harness.environment import environment
+from bench.harness.launch import child_command
+from bench.harness.records import build_record, read_records
+from bench.harness.runner import RankStats, RunResult, prepared_run
 from models.data import global_batches
 from strategies import ConfigError, build_strategy
 from strategies.devices import peak_memory, reset_peak_memory

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.baselines.plain_ddp import plain_ddp_step_times
+from bench.experiments.baselines.plain_ddp import plain_ddp_step_times
 
 
 def plain_ddp_double_work(model: str, preset: str, batch_size: int, steps: int, warmup: int, seed: int,

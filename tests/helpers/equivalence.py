@@ -7,8 +7,8 @@ import dataclasses
 import torch
 
 import models
-from bench.config import ATOL, RTOL, RunConfig, resolve, unread_groups_reset
-from bench.runner import global_losses, train
+from bench.harness.config import ATOL, RTOL, RunConfig, resolve, unread_groups_reset
+from bench.harness.runner import global_losses, train
 
 __all__ = ["ATOL", "RTOL", "assert_matches_reference", "initial_state", "reference", "update_error"]
 

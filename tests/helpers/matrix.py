@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from bench.config import RunConfig, checked_microbatches, default_device_counts, gpus_available
+from bench.harness.config import RunConfig, checked_microbatches, default_device_counts, gpus_available
 from strategies import STRATEGIES
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from bench.config import RunConfig
-from bench.ranks import become_rank, start_ranks
+from bench.harness.config import RunConfig
+from bench.harness.ranks import become_rank, start_ranks
 
 
 def run_ranks(config: RunConfig, world_size: int, folder: Path, timeout_s: float = 180) -> list:
@@ -33,7 +33,7 @@ def merged_state(results: list) -> dict[str, torch.Tensor]:
 def _sequence_main(rank: int, world_size: int, configs: list[RunConfig], folder: str) -> None:
     become_rank(rank, world_size, folder)
     torch.set_num_threads(1)
-    from bench.runner import train
+    from bench.harness.runner import train
     from strategies.base import Topology
     from strategies.distributed import destroy_process_group, init_process_group
 
@@ -49,7 +49,7 @@ def _sequence_main(rank: int, world_size: int, configs: list[RunConfig], folder:
 
 def run_ranks_sequence(configs: list[RunConfig], world_size: int, folder: Path, timeout_s: float = 240) -> list[list]:
     """Like ``run_ranks`` for several configs in one process group: ``[config][rank]`` RunResults."""
-    # From the fork server every group of the session shares (bench/ranks.py): no import per rank.
+    # From the fork server every group of the session shares (bench/harness/ranks.py): no import per rank.
     context = start_ranks(_sequence_main, (world_size, configs, str(folder)), world_size, join=False)
     deadline = time.monotonic() + timeout_s
     while not context.join(timeout=1):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.records import RECORD_VERSION
+from bench.harness.records import RECORD_VERSION
 
 BATCH = 64
 """Every fixture record's global batch (a strong-scaling sweep): speed-ups compare equal work."""
@@ -49,7 +49,7 @@ HYBRID_PARTS = {
 
 
 def tracked(parameters: float, gradients: float, optimizer_state: float, total: float) -> list[dict]:
-    """One device's memory by kind, in MiB, as bench/memory.py records it (in bytes)."""
+    """One device's memory by kind, in MiB, as bench/harness/memory.py records it (in bytes)."""
     mib = {"parameters": parameters, "gradients": gradients, "optimizer_state": optimizer_state, "total": total}
     return [{"device": "cpu", "rank": 0, "tracker": "MemTracker", **{k: int(v * 2**20) for k, v in mib.items()}}]
 

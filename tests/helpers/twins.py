@@ -8,7 +8,7 @@ that must tell the two apart (``bench verify``'s verdicts).
 Right, this is ddp with its all-reduce written out: the mean of two half-batch mean gradients is the
 batch's mean gradient. Each broken variant is one real data-parallel bug: a wrong learning rate on
 rank 1, or a skipped gradient reduction. Its checkpoint is replica 1's, as ``bench run`` keeps the
-last rank's copy of replicated parameters (bench/runner.py: _save_merged).
+last rank's copy of replicated parameters (bench/harness/runner.py: _save_merged).
 """
 
 from __future__ import annotations

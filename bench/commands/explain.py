@@ -1,0 +1,118 @@
+"""``python -m bench explain dp``: the PyTorch tutorial's DataParallel demonstration, made exact.
+
+The tutorial feeds a RandomDataset of 100 samples of size 5, in batches of 30, to a
+``Linear(5, 2)`` wrapped in nn.DataParallel on 3 GPUs and prints each replica's input size.
+This command prints the same split for any numbers, computed with the rule DataParallel
+really uses (``Tensor.chunk``, see strategies/shards.py), and on a machine with enough GPUs
+also runs the tutorial's model and prints the sizes the replicas saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+
+from bench.harness.cli_args import fail
+from strategies.shards import chunk_sizes
+
+STEPS = (
+    ("scatter", "the batch, on cuda:0, is cut along dim 0 into the chunks above; chunk i is copied to GPU i"),
+    ("replicate", "the module's parameters and buffers are broadcast from cuda:0 to every GPU that got a chunk "
+                  "(every step: the replicas are thrown away afterwards)"),
+    ("parallel forward/backward", "one thread per GPU runs its replica's forward on its chunk; backward later "
+                                  "runs through the same replicas, each on its own GPU"),
+    ("gather", "the replicas' outputs are concatenated on cuda:0 (output_device), where the loss is computed "
+               "over the whole batch"),
+    ("reduce and update", "backward through the broadcast sums every replica's gradients into the original "
+                          "parameters on cuda:0; the optimizer updates them there, once"),
+)
+
+
+def loader_batch_sizes(dataset_size: int, batch_size: int) -> list[int]:
+    """Sizes of the batches a DataLoader gives (``drop_last=False``): 100 by 30 -> 30, 30, 30, 10."""
+    full, rest = divmod(dataset_size, batch_size)
+    return [batch_size] * full + ([rest] if rest else [])
+
+
+def split_lines(devices: int, batch_size: int, dataset_size: int) -> list[str]:
+    """One line per batch: how nn.DataParallel scatters it over ``devices`` replicas."""
+    lines = []
+    for i, size in enumerate(loader_batch_sizes(dataset_size, batch_size)):
+        chunks = chunk_sizes(size, devices)
+        idle = f"; {devices - len(chunks)} of {devices} devices idle" if len(chunks) < devices else ""
+        lines.append(
+            f"  batch {i}: {size:>4} samples -> {'/'.join(map(str, chunks))}  ({len(chunks)} replicas work{idle})"
+        )
+    return lines
+
+
+class _SizeReporter(nn.Module):
+    """The tutorial's model: a Linear that notes the input size each replica receives."""
+
+    def __init__(self, seen: list[tuple[int, tuple[int, ...]]]) -> None:
+        super().__init__()
+        self.fc = nn.Linear(5, 2)
+        self.seen = seen  # shared by the replicas, which copy the module's __dict__
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append((x.device.index or 0, tuple(x.shape)))  # append is atomic across the replicas' threads
+        return self.fc(x)
+
+
+def observed_lines(devices: int, batch_size: int, dataset_size: int) -> list[str]:
+    """Runs the tutorial's model under nn.DataParallel on ``devices`` GPUs; the sizes each replica saw."""
+    seen: list[tuple[int, tuple[int, ...]]] = []
+    model = nn.DataParallel(_SizeReporter(seen).cuda(0), device_ids=list(range(devices)))
+    data = torch.randn(dataset_size, 5)
+    lines = []
+    for i, size in enumerate(loader_batch_sizes(dataset_size, batch_size)):
+        seen.clear()
+        start = i * batch_size
+        out = model(data[start : start + size].cuda(0))
+        inside = ", ".join(f"cuda:{d} {list(shape)}" for d, shape in sorted(seen))
+        lines.append(f"  batch {i}: inside: {inside}; outside: input {[size, 5]}, output {list(out.shape)}")
+    return lines
+
+
+def explain_dp(devices: int, batch_size: int, dataset_size: int, gpus: int) -> list[str]:
+    """The whole explanation as lines of text."""
+    lines = [
+        f"nn.DataParallel over {devices} device(s): {dataset_size} samples in batches of {batch_size}.",
+        "Each batch is split by torch.nn.parallel.scatter, which calls Tensor.chunk(devices, dim=0):",
+        "chunks of ceil(batch / devices), the remainder last, and no empty chunks.",
+        *split_lines(devices, batch_size, dataset_size),
+        "",
+    ]
+    if gpus >= devices:
+        lines += [
+            "Observed inside the replicas on this machine's GPUs:",
+            *observed_lines(devices, batch_size, dataset_size),
+        ]
+    elif gpus == 0:
+        lines.append("No GPU here: nn.DataParallel would only call the module, once, on each whole batch.")
+    else:
+        lines.append(f"This machine has {gpus} GPU(s), fewer than {devices}: the sizes above are not observed.")
+    lines += ["", "One data-parallel step, and where each part runs:"]
+    lines += [f"  {i}. {name}: {what}" for i, (name, what) in enumerate(STEPS, start=1)]
+    return lines
+
+
+def add_explain_parser(commands: argparse._SubParsersAction) -> None:
+    """Registers ``explain`` with the CLI."""
+    explain = commands.add_parser("explain", help="show how a strategy splits the work, step by step")
+    explain.add_argument("strategy", choices=["dp"], help="the strategy to explain")
+    explain.add_argument("--devices", type=int, default=3, help="devices to split over (default: 3)")
+    explain.add_argument("--batch-size", type=int, default=30, help="samples per batch (default: 30)")
+    explain.add_argument("--dataset-size", type=int, default=100, help="samples in the dataset (default: 100)")
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Prints the explanation; bad numbers are one line and exit code 2."""
+    for name in ("devices", "batch_size", "dataset_size"):
+        if getattr(args, name) < 1:
+            fail("bench explain", f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    print("\n".join(explain_dp(args.devices, args.batch_size, args.dataset_size, gpus)))
+    return 0

@@ -1,0 +1,154 @@
+"""Starting PER_DEVICE strategies: torchrun for one node, or nothing when the user already used it.
+
+``python -m bench run --strategy ddp --devices 4`` re-runs its own command line under
+
+    python -m torch.distributed.run --standalone --nproc-per-node 4 -m bench run ...
+
+and every worker process finds itself under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) and
+trains. A user who launches torchrun directly, on one node or many, reaches the same workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.harness import processes
+from bench.harness.failures import FAILURE_DIR_VARIABLE, read_failures
+from strategies.cost_model import threads_per_process
+from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
+
+__all__ = ["threads_per_process"]  # re-exported: the launcher gives each process its share of the cores
+
+RESOLVED_CONFIG_VARIABLE = "BENCH_RESOLVED_CONFIG"
+"""The launcher's resolved configuration, as JSON, for the torchrun workers it starts: a run is
+validated once, where it is launched, not again in each of its processes."""
+
+log = logging.getLogger(__name__)
+
+
+def under_torchrun() -> bool:
+    """True in a worker process started by torchrun (or any launcher that sets its variables)."""
+    return all(v in os.environ for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -> list[str]:
+    """The standalone (single-node) torchrun command that re-runs ``bench_args`` on ``nproc`` workers.
+
+    ``--max-restarts 0`` by default: a benchmark that silently restarts would time the restart.
+    """
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
+        "-m", "bench", *bench_args,
+    ]
+
+
+def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: str | None = None) -> dict[str, str]:
+    """The workers' environment: ``resolved`` is the launcher's resolved configuration (JSON), which
+    they take as it is instead of validating the command line again (1 + N times in all)."""
+    env = dict(os.environ)
+    if resolved is not None:
+        env[RESOLVED_CONFIG_VARIABLE] = resolved
+    if max_restarts and RENDEZVOUS_FILE_VARIABLE not in env:
+        # A restarted attempt re-forming its gloo group through torchrun's store timed out in
+        # connectFullMesh in 2 of 6 tries here (torch 2.14.1); a fresh file store per attempt
+        # (strategies.distributed.init_process_group) recovered in 4 of 4.
+        env[RENDEZVOUS_FILE_VARIABLE] = os.path.join(tempfile.gettempdir(), f"bench-rendezvous-{uuid.uuid4().hex}")
+    if accelerator == "cpu":
+        # torchrun would set OMP_NUM_THREADS=1; N emulated devices share the cores instead.
+        env["OMP_NUM_THREADS"] = str(threads_per_process(nproc))
+        # Idle OpenMP threads sleep rather than spin: a spinning rank starves its peer of the core it
+        # waits on, and one core taken by another process for a moment then stalls both for long.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def launch_local(
+    nproc: int, bench_args: list[str], accelerator: str, max_restarts: int = 0, resolved: str | None = None
+) -> int:
+    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code.
+
+    torchrun's output passes through; after a failure, one line below it says which rank failed
+    first, at which step, and how the others ended."""
+    command = torchrun_command(nproc, bench_args, max_restarts)
+    log.info("launching: %s", " ".join(command))
+    with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes:
+        env = {**torchrun_env(nproc, accelerator, max_restarts, resolved), FAILURE_DIR_VARIABLE: notes}
+        returncode = processes.run(command, env)
+        if returncode != 0:
+            print(f"bench run: {read_failures(Path(notes)).line()}", file=sys.stderr)
+    return returncode
+
+
+def child_command(
+    bench_args: list[str], per_device: bool, nproc: int, accelerator: str, max_restarts: int = 0,
+    resolved: str | None = None,
+) -> tuple[list[str], dict]:
+    """The command (and environment) that runs ``bench_args`` in a fresh process: torchrun directly for
+    per-device strategies, sparing the sweep a ``bench`` process whose only job would be to start it."""
+    if per_device:
+        env = torchrun_env(nproc, accelerator, max_restarts, resolved)
+        return torchrun_command(nproc, bench_args, max_restarts), env
+    return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How one child run ended."""
+
+    status: str
+    """``ok``, ``failed``, ``oom`` or ``timeout``."""
+    reason: str
+    """One line: which rank failed first, at which step, with what; empty when ok."""
+    seconds: float
+
+
+def run_child(command: list[str], env: dict[str, str], timeout_s: float, log_path: Path | None = None) -> ChildOutcome:
+    """Runs a ``bench run`` child (or torchrun over it) to its end or ``timeout_s``, whichever comes first.
+
+    Its whole output goes to ``log_path`` (else nowhere); the outcome carries one line from the
+    ranks' own notes (bench/harness/failures.py). Nothing it started outlives this call or its caller."""
+    with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes, _output(log_path) as output:
+        start = time.monotonic()
+        child = processes.start(command, {**env, FAILURE_DIR_VARIABLE: notes}, stdout=output, stderr=output)
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            processes.stop(child)
+            return ChildOutcome("timeout", f"no result within {timeout_s:.0f} s", time.monotonic() - start)
+        except BaseException:  # Ctrl-C: leave no worker behind, then let the caller stop
+            processes.stop(child)
+            raise
+        seconds = time.monotonic() - start
+        if child.returncode == 0:
+            return ChildOutcome("ok", "", seconds)
+        ended = read_failures(Path(notes))
+        if ended.failures or ended.vanished:
+            reason = ended.line()
+        else:  # it ended before any rank began (a bad argument, an import error): its last words say why
+            reason = f"exit code {child.returncode} before any rank started: {_last_line(log_path)}"
+        if log_path is not None:
+            reason += f" (log: {log_path})"
+        return ChildOutcome(ended.status, reason[:1000], seconds)
+
+
+def _last_line(log_path: Path | None) -> str:
+    if log_path is None or not log_path.exists():
+        return ""
+    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _output(log_path: Path | None):  # noqa: ANN202
+    if log_path is None:
+        return open(os.devnull, "w")  # noqa: SIM115
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return open(log_path, "w")  # noqa: SIM115

@@ -1,0 +1,55 @@
+"""Processes that pose as torchrun's ranks: calibration, the fidelity benchmark and the tests start them.
+
+torchrun would start a fresh interpreter per rank for every run; calibration, the fidelity benchmark
+and the tests keep one group of ranks for many runs instead (forming a group costs seconds, a tiny
+run a fraction of one), so they start the ranks themselves and each calls ``become_rank`` first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from multiprocessing.context import BaseContext
+
+from bench.harness.disturbance import open_window
+from bench.harness.processes import die_with_parent
+from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
+
+
+def become_rank(rank: int, world_size: int, folder: str) -> None:
+    """Makes this spawned process torchrun's rank ``rank`` of ``world_size`` on this node.
+
+    Sets torchrun's variables and a file rendezvous in ``folder`` (which every rank of the group
+    shares), and ties the process's life to its parent's, as ``bench run`` does for its workers."""
+    die_with_parent()
+    open_window()
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
+    )
+    os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
+
+
+PRELOADED = ["torch", "torch._dynamo", "bench.harness.runner", "strategies", "models"]
+"""What the fork server imports once: torch, the suite, and torch._dynamo, which the optimizers' first
+step imports. A rank started afresh spends 4-5 s of a 2-core machine on those before its first step;
+one forked from the server, none. The server only imports: it holds no thread pool, device or process
+group for its children to inherit, which is what makes forking it safe (CUDA included)."""
+
+
+def rank_context() -> BaseContext:
+    """The multiprocessing context ranks start from: forked from a server that imported ``PRELOADED``,
+    started on first use and shared by every group this process starts after."""
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOADED)
+    return context
+
+
+def start_ranks(target: Callable[..., None], args: tuple, nprocs: int, join: bool = True):  # noqa: ANN201
+    """``torch.multiprocessing.start_processes`` of ``nprocs`` ranks from ``rank_context``: each runs
+    ``target(rank, *args)``; with ``join``, waits for all and raises the first one's error."""
+    import torch.multiprocessing as mp
+
+    rank_context()
+    return mp.start_processes(target, args=args, nprocs=nprocs, join=join, start_method="forkserver")

@@ -1,0 +1,110 @@
+"""``bench calibrate``'s measurement: compute at every thread count and batch a sweep needs, and on N processes
+the collectives, the runtimes' residuals and the shared cores' slowdown, as one ``Calibration``."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+import models
+from bench.harness.config import RunConfig
+from bench.harness.environment import environment
+from bench.harness.launch import threads_per_process
+from bench.harness.runner import optimizer_choice
+from bench.predict.calibration import Calibration, Communication
+from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
+from bench.predict.compute import compute_costs, slowdown
+from bench.predict.runtime import (
+    fitted_key,
+    in_process,
+    in_process_step_ms,
+    reference_batches,
+    reference_configs,
+    residuals,
+)
+
+MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
+"""What a calibration must share with the machine it predicts for."""
+
+
+def machine_identity(env: dict[str, object]) -> dict[str, object]:
+    return {key: env.get(key) for key in MACHINE_KEYS}
+
+
+def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tuple[int, ...]) -> list[int]:
+    """The per-process batch sizes the blocks are timed at: every device count's whole share (data
+    parallelism runs one micro-batch whatever --microbatches says) and its micro-batches (pipelines)."""
+    return sorted({max(1, batch // (d * m)) for d in (1, *devices) for m in (1, *microbatches)})
+
+
+def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
+              repeats: int, groups: int = GROUPS) -> Calibration:
+    """Measures compute at every thread count and batch the devices and micro-batches need, and at every
+    device count beyond one the collectives, the runtimes' residuals and the slowdown of processes
+    computing together. ``config`` is resolved (its batch size filled in)."""
+    import torch
+
+    assert config.batch_size is not None, "calibrate takes a resolved RunConfig"
+    make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
+    parallel = sorted(d for d in set(devices) if d > 1)
+    batches = sorted({*calibration_batches(config.batch_size, devices, microbatches),
+                      *(n for d in parallel for n in reference_batches(d))})
+    cuda = config.accelerator == "cuda"
+    calibration_arithmetic(config.precision)
+    # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
+    threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
+    device = torch.device("cuda" if cuda else "cpu")
+    costs = {}
+    steps = tqdm(total=len(threads) + len(parallel), desc="calibrate", unit="step")
+    before = torch.get_num_threads()
+    for t in threads:
+        torch.set_num_threads(t)
+        costs[t] = compute_costs(make_spec, batches, optimizer_choice(config).build, device, repeats)
+        steps.update()
+    torch.set_num_threads(before)
+    # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
+    ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
+    communication, slow, references = {}, {}, {}
+    for d in parallel:
+        slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d, threads_per_process(d),
+                                            seconds=2.0)
+        if d in ranks:
+            communication[d], references[d] = _communication(config, d, largest, groups)
+        steps.update()
+    steps.close()
+    env = environment()
+    calibration = Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
+                              machine_identity(env), costs, communication, slow, env)
+    # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs.
+    for d, (configs, step_ms) in references.items():
+        calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
+    fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
+    return dataclasses.replace(calibration, fitted_runs=fitted_runs)
+
+
+def calibration_arithmetic(precision: str) -> None:
+    """Sets TF32 as a run of ``precision`` does (strategies/precision.py): left at torch's default, cuDNN
+    would time an fp32 calibration's convolutions in TF32 while fp32 runs compute them in full fp32."""
+    from strategies.precision import set_tf32
+
+    set_tf32(precision)
+
+
+def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
+        Communication, tuple[dict[str, RunConfig], dict[str, float]]]:
+    """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
+    known), and the reference runs there (mp's here, in one process) with their median steps."""
+    with tempfile.TemporaryDirectory() as folder:
+        references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
+        on_ranks = {name: c for name, c in references.items() if not in_process(name)}
+        curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
+                                                   references=on_ranks, groups=groups)
+        reference_ms |= in_process_step_ms(references)
+    overlap, spread = reference_ms.pop("overlap"), reference_ms.pop("spread")
+    return Communication(curves, overlap=overlap, spread=spread), (references, reference_ms)
+
+
