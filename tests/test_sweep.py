@@ -89,13 +89,13 @@ def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resume
 def test_a_stalled_configuration_times_out_as_a_row(tmp_path: Path) -> None:
     out = tmp_path / "sweep.jsonl"
     start = time.monotonic()
-    proc = run_bench(*sweep_args(out, "--models", "tests.faulty_models:stalling", "--run-timeout-s", "10"),
+    proc = run_bench(*sweep_args(out, "--models", "tests.faulty_models:stalling", "--run-timeout-s", "5"),
                      env={"PYTHONPATH": "."})
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     (row,) = read_records(out)[0]
-    assert row["status"] == "timeout" and row["reason"] == "no result within 10 s"
-    assert elapsed < 10 + 20  # the timeout, the kill's grace, and two interpreter start-ups
+    assert row["status"] == "timeout" and row["reason"] == "no result within 5 s"
+    assert elapsed < 5 + 20  # the timeout, the kill's grace, and two interpreter start-ups
 
 
 def test_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
