@@ -212,7 +212,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         record(fsdp_vs_plain_fsdp(fsdp_config, args.rounds))
     if pipelines:
         speedups, bubbles = pp_vs_mp(config, args.rounds, predictor=predictor)
-        for result in [*speedups, *bubbles]:
+        # each is a FidelityResult; their common base, FigureAndLine, is not
+        results: list[FidelityResult] = [*speedups, *bubbles]
+        for result in results:
             record(result)
     held = [v for v in verdicts if v is not None]
     print(f"fidelity: {sum(held)} of {len(held)} targets met  -> {config.out}")

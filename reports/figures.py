@@ -4,8 +4,9 @@ Each section draws its own figures (reports/sections/); this module only keeps t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 
@@ -14,18 +15,21 @@ matplotlib.use("Agg")  # files only: reports are made on headless machines
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
 from strategies import STRATEGIES
 
 EMULATED_NOTE = "EMULATED: several devices shared one CPU; this is not GPU scaling"
 OVERSUBSCRIBED_NOTE = "OVERSUBSCRIBED: more processes than CPU cores"
-IDEAL = {"color": "black", "linestyle": "--", "linewidth": 1}
+IDEAL: dict[str, Any] = {"color": "black", "linestyle": "--", "linewidth": 1}
 """The ideal-scaling line: black, never one of the strategies' colours."""
 
 # tab10 without its grey (index 7), which reads as a reference line: one fixed colour per strategy, so a
 # strategy has the same colour in every figure of every report.
-_TAB10 = plt.get_cmap("tab10").colors
+# get_cmap is typed to return a Colormap, and a ListedColormap's colors as ArrayLike | ColorType: tab10 is a
+# ListedColormap of ten RGB tuples.
+_TAB10 = cast(Sequence[tuple[float, float, float]], cast(ListedColormap, plt.get_cmap("tab10")).colors)
 _ORDER = tuple(STRATEGIES)  # the registry's order: single, dp, ddp, zero1, fsdp, tp, mp, pp, hybrid
 _COLOURS = [c for i, c in enumerate(_TAB10) if i != 7]
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -42,7 +46,7 @@ def strategy_of(variant: str) -> str:
     return variant.split(" ", 1)[0]
 
 
-def in_order(variants: object) -> list[str]:
+def in_order(variants: Iterable[object]) -> list[str]:
     """Variants in the strategies' fixed order (the legend's), then by name."""
     known = {name: i for i, name in enumerate(_ORDER)}
     return sorted({str(v) for v in variants}, key=lambda v: (known.get(strategy_of(v), len(_ORDER)), v))

@@ -294,7 +294,8 @@ def _benchmark_json(path: Path) -> list[dict[str, Any]]:
     """Run records carried in a pytest-benchmark JSON file (``extra_info['record']`` of each benchmark)."""
     try:
         data = json.loads(path.read_text())
-        benchmarks = data.get("benchmarks", []) if isinstance(data, dict) else None
+        # whatever the file holds: None (not a JSON object) fails to iterate below, a TypeError reported as unreadable
+        benchmarks: Any = data.get("benchmarks", []) if isinstance(data, dict) else None
         return [b["extra_info"]["record"] for b in benchmarks if "record" in (b.get("extra_info") or {})]
     except (OSError, json.JSONDecodeError, TypeError, AttributeError, KeyError) as exc:
         raise RecordError(f"cannot read benchmark JSON {path}: {type(exc).__name__}: {exc}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from strategies.base import Launch, Strategy, Topology
 from strategies.data_parallel import DataParallelStrategy
@@ -17,6 +18,14 @@ from strategies.pipeline import PipelineStrategy
 from strategies.single import SingleDevice
 from strategies.tensor_parallel import TensorParallelStrategy
 from strategies.zero1 import ZeRO1Strategy
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    class OptionGroup(DataclassInstance, Protocol):
+        """An option group (strategies/options.py): a dataclass that names its ``__init__`` keyword as ``key``."""
+
+        key: ClassVar[str]
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
@@ -75,7 +84,8 @@ def readers(group: type) -> list[str]:
 def build_strategy(name: str, options: OptionSource) -> Strategy:
     """Strategy ``name`` built from the option groups it reads, taken from ``options``."""
     cls = strategy_class(name)
-    groups = {group.key: options.group(group) for group in cls.reads}
+    reads: tuple[type[OptionGroup], ...] = cls.reads
+    groups: dict[str, object] = {group.key: options.group(group) for group in reads}
     return cls(options.group(RunOptions), **groups)
 
 

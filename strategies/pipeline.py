@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -134,7 +134,8 @@ class PipelinePart(nn.Module):
             f"{block}.{key}": value.full_tensor() if hasattr(value, "full_tensor") else value
             for stage, ids in zip(self.stages, self.block_ids, strict=True)
             for local, block in enumerate(ids)
-            for key, value in stage[local].state_dict().items()
+            # ModuleList yields plain Modules to the type checker; these are the Sequentials given to __init__.
+            for key, value in cast(nn.Sequential, stage)[local].state_dict().items()
         }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Any
 
 import models
 from bench.harness.cli_args import comma_list, fail
@@ -16,7 +17,7 @@ from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration
 from bench.predict.collectives import GROUPS
 from bench.predict.compute import Disturbed
-from bench.predict.costs import predicted_strategies
+from bench.predict.costs import CostSource, predicted_strategies
 from bench.predict.hardware import PRECISIONS, PROFILES, RooflineSource, profile
 from bench.predict.record import prediction_record
 from bench.predict.serves import nearest_count_notes
@@ -98,11 +99,13 @@ def predict_main(args: argparse.Namespace) -> int:
 
         return published_main(args, OUT["published"])
     args.out = args.out or OUT["hardware" if args.hardware else "calibration"]
+    source: CostSource
     try:
         if args.hardware:
             hardware = profile(args.hardware, args.devices)
             norm, precision = "batch", args.precision or "bf16"
-            source = RooflineSource(hardware, args.model, args.preset, norm, precision)
+            roofline = RooflineSource(hardware, args.model, args.preset, norm, precision)
+            source = roofline
             label = f"achievable shares of {hardware.source}"
         else:
             calibration = Calibration.load(Path(args.calibration))
@@ -116,14 +119,14 @@ def predict_main(args: argparse.Namespace) -> int:
     records = []
     for config in configs:
         try:
-            record = prediction_record(source, config, label)
+            record: dict[str, Any] = prediction_record(source, config, label)
         except ValueError as exc:
             log.warning("%s on %d device(s) not predicted: %s", config.strategy, config.devices, exc)
             continue
         if not args.hardware:
             record["notes"] = [*record["notes"], *nearest_count_notes(calibration, config.devices)]
         records.append(record)
-    rests_on = what_if_fields(records, source, hardware, precision, scaling) if args.hardware else None
+    rests_on = what_if_fields(records, roofline, hardware, precision, scaling) if args.hardware else None
     for record in records:
         append_record(args.out, record)
     print_predictions(records, rests_on)

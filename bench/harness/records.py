@@ -108,6 +108,8 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
     losses = global_losses(result.ranks)
     flops = result.flops_per_sample
     achieved = flops * samples_per_s if flops else None
+    peak: float | None
+    peak_source: str | None
     if config.peak_tflops:
         peak, peak_source = config.peak_tflops * 1e12, "--peak-tflops"
     else:

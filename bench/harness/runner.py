@@ -124,6 +124,7 @@ def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> Prepa
     apply_model_knobs(spec, config)
     model = strategy.prepare(spec, topo)
     optimizer = strategy.make_optimizer(model, optimizer_choice(config))
+    assert config.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
     dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
     return PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
 
@@ -163,6 +164,7 @@ def _train(config: RunConfig, strategy: Strategy, topo: Topology, capture_state:
     if capture_state or config.save_checkpoint:
         state = {k: v.detach().to("cpu", copy=True) for k, v in strategy.model_state(run.model).items()}
     if config.save_checkpoint:
+        assert state is not None, "captured just above whenever save_checkpoint is set"
         _save_merged(config, run, state)
     fields = strategy.record_fields(run.model, [r.strategy_fields for r in ranks])
     return RunResult(topo, ranks, run.flops_per_sample, fields, state)
@@ -175,6 +177,7 @@ def _save_merged(config: RunConfig, run: PreparedRun, state: dict[str, torch.Ten
         merged.update(part)
     if run.topology.rank == 0:
         ordered = {k: merged[k] for k in run.spec.blocks.state_dict()}  # the model's own key order
+        assert config.save_checkpoint is not None, "_save_merged runs only with save_checkpoint set"
         save_checkpoint(config.save_checkpoint, ordered, run.spec.name, config.preset, config.strategy)
 
 
@@ -185,6 +188,7 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     strategy, topo = run.strategy, run.topology
     stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
     reset_peak_memory(topo.devices)
+    assert config.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
     batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
     fault = fault_for(topo.rank)
     memory = MemoryByKind(strategy.memory_refusal() or (COMPILED_REFUSAL if config.compile else None))
@@ -199,6 +203,7 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
             with comm.counting(topo.devices[0].type == "cuda") if step == counted_step else nullcontext():
                 _one_step(run, config, step, inputs, targets, memory, fault, stats)
             if trace is not None:
+                assert isinstance(profiler, torch.profiler.profile), "step_profiler profiles when given a path"
                 profiler.step()
     stats.comm_bytes = comm.bytes
     stats.trace = str(trace) if trace is not None else None

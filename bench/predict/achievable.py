@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.predict.nccl import collective_seconds
+from bench.predict.nccl import Link, collective_seconds
 from bench.predict.profiles import GIB, SHARES, Gpu
 from models.cnn import build_resnet
 from models.decoder import DecoderDims, build_decoder, linear_shapes
@@ -79,7 +79,7 @@ def _compute_precision(precision: str) -> str:
     return {"tf32": "tf32", "amp-fp16": "fp16"}.get(precision, "bf16")
 
 
-def transformer_step(dims: DecoderDims, mesh: Mesh, gpu: Gpu, network: object) -> StepEstimate:
+def transformer_step(dims: DecoderDims, mesh: Mesh, gpu: Gpu, network: Link | None) -> StepEstimate:
     """One step of a decoder under FSDP (``dp_shard`` ranks) with ``grad_accum`` micro-batches."""
     shares = SHARES[gpu.architecture]
     peak = gpu.peak_flops[_compute_precision(mesh.precision)]

@@ -54,7 +54,7 @@ def default_sizes(largest: int = 256 * KIB * KIB) -> list[int]:
     return sizes
 
 
-def _operation(name: str, size: int, world: int, rank: int, device: torch.device) -> Callable[[], None]:
+def _operation(name: str, size: int, world: int, rank: int, device: torch.device) -> Callable[[], object]:
     elements = max(1, size // 4)
     tensor = torch.ones(elements, device=device)
     if name == "all_reduce":
@@ -175,7 +175,11 @@ def _overlap(device: torch.device, sync: Callable[[], None]) -> float:
         work.wait()
         sync()
 
-    communicate = timed(lambda: (dist.all_reduce(tensor), sync()))
+    def all_reduce() -> None:
+        dist.all_reduce(tensor)
+        sync()
+
+    communicate = timed(all_reduce)
     alone = timed(compute)
     together = timed(both)
     return max(0.0, min(1.0, (communicate + alone - together) / min(communicate, alone)))

@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -28,6 +28,7 @@ from strategies.devices import synchronize
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Barrier
 
@@ -119,7 +120,8 @@ def compute_costs(
     per_parameter = optimizer_ms_per_parameter(spec, build_optimizer, device, repeats)
     update = per_parameter * sum(counts)
     steps = {n: whole_step_ms(spec, n, build_optimizer, device, repeats) for n in batches}
-    overhead = [(n, statistics.median(steps[n]) - update - sum(f + b for f, b in per_batch[n])) for n in batches]
+    overhead: list[tuple[float, float]] = [
+        (n, statistics.median(steps[n]) - update - sum(f + b for f, b in per_batch[n])) for n in batches]
     spread = max(half_range(times) for times in steps.values())
     return ComputeCosts(blocks, per_parameter, Line.fit(overhead), copy_ms_per_byte(device, repeats), spread)
 
@@ -240,7 +242,9 @@ def _undisturbed(make_spec: Callable[[], ModelSpec], batch: int, processes: int,
 
 def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int,
               seconds: float) -> tuple[float, Verdict]:
-    ctx = rank_context()  # forked from a server that imported torch once, not each process importing it
+    # forked from a server that imported torch once, not each process importing it; rank_context is typed as a
+    # BaseContext, which typeshed gives no Process: it is the forkserver context
+    ctx = cast("ForkServerContext", rank_context())
     start, results = ctx.Barrier(processes), ctx.Queue()
     workers = [ctx.Process(target=_busy_loop, args=(r, make_spec, batch, threads, seconds, start, results))
                for r in range(processes)]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from bench.harness.config import RunConfig, resolve
 from bench.predict.calibration import Calibration
@@ -76,7 +77,8 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, 
                      steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
     for name in predicted_strategies():
-        extra = cost_model(name).reference_options(ranks, MICROBATCHES)
+        # RunConfig's options by field name, which mypy cannot match to their fields; resolve checks them
+        extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, MICROBATCHES)
         if extra is None:
             continue
         try:

@@ -7,6 +7,7 @@ update, and what is left of its step ("other")."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -51,7 +52,7 @@ def parts(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _figure(data: pd.DataFrame, ctx: Context) -> object:
+def _figure(data: pd.DataFrame, ctx: Context) -> Path:
     names = sorted(data["panel"].unique())
     bars = data.groupby("panel")[["configuration", "source"]].apply(lambda g: len(g.drop_duplicates())).max()
     fig, axes = figures.panels(len(names), width=5.5, height=0.8 + 0.3 * int(bars))

@@ -36,7 +36,7 @@ def section(ctx: Context) -> Section:
     out = Section("Environment", tables=[pd.DataFrame(found)] if found else [], appendix=True)
     if not found:
         out.paragraphs.append("No record carried its machine's environment (verify and prediction records do not).")
-    topologies = {(r.get("env") or {}).get("topology") for r in ctx.results.records} - {None}
+    topologies = {t for r in ctx.results.records if (t := (r.get("env") or {}).get("topology")) is not None}
     if topologies:
         out.preformatted = "\n\n".join(sorted(topologies))
     return out

@@ -5,6 +5,8 @@ runtime (about 1 GB), the same for every strategy, and it hid that ZeRO-3 holds 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from reports import figures
@@ -45,7 +47,7 @@ def frontier(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _by_kind_figure(data: pd.DataFrame, ctx: Context) -> object:
+def _by_kind_figure(data: pd.DataFrame, ctx: Context) -> Path:
     names = sorted(data["panel"].unique())
     fig, axes = figures.panels(len(names), width=5.0, height=3.6)
     shades = dict(zip(KINDS, ("#4c72b0", "#8172b3", "#dd8452", "#c44e52", "#55a868", "#937860", "#da8bc3"),
@@ -66,7 +68,7 @@ def _by_kind_figure(data: pd.DataFrame, ctx: Context) -> object:
     return figures.finish(fig, "Memory per device by kind (tracked)", data, ctx.out / "memory.png", flags=ctx.runs)
 
 
-def _speed_figure(data: pd.DataFrame, ctx: Context) -> object:
+def _speed_figure(data: pd.DataFrame, ctx: Context) -> Path:
     names = sorted(data["panel"].unique())
     variants = sorted(data["variant"].unique())
     fig, axes = figures.panels(len(names))

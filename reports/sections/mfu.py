@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from reports import figures
@@ -9,7 +11,7 @@ from reports.context import Context
 from reports.render import Section
 
 
-def figure(runs: pd.DataFrame, ctx: Context) -> object:
+def figure(runs: pd.DataFrame, ctx: Context) -> Path:
     data = runs.dropna(subset=["mfu"])[["panel", "variant", "strategy", "devices", "mfu"]]
     names = sorted(data["panel"].unique())
     fig, axes = figures.panels(len(names))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -31,7 +33,7 @@ def bubble_table(runs: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={"stages_per_rank": "v", "microbatches": "m"}).round(3)
 
 
-def _bubbles(table: pd.DataFrame, ctx: Context) -> object:
+def _bubbles(table: pd.DataFrame, ctx: Context) -> Path:
     """Lines over micro-batch counts where there are several; bars where each pipeline ran one count."""
     data = table.assign(pipeline=table["strategy"] + " " + table["schedule"].fillna("").astype(str)
                         + " x" + table["devices"].astype(str))
@@ -70,7 +72,7 @@ def last_timeline(ctx: Context) -> tuple[dict, list[dict], list[dict]] | None:
     return None
 
 
-def _timeline(ctx: Context) -> object:
+def _timeline(ctx: Context) -> Path | None:
     found = last_timeline(ctx)
     if found is None:
         return None

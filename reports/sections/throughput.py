@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from bench.harness.stats import with_interval
@@ -60,7 +62,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _lines(data: pd.DataFrame, y: str, ylabel: str, title: str, out_name: str, ctx: Context,
-           ideal: pd.DataFrame | None = None, one: bool = False) -> object:
+           ideal: pd.DataFrame | None = None, one: bool = False) -> Path:
     """One panel per model: a line per variant in its strategy's colour, error bars where there are intervals."""
     names = sorted(data["panel"].unique())
     variants = figures.in_order(data["variant"].unique())

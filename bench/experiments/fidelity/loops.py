@@ -110,16 +110,18 @@ def _alternated(
 def single_vs_plain_loop(config: RunConfig, rounds: int) -> Comparison:
     """The ``single`` strategy's median step time against the tutorial loop's, same model and batch."""
     config = dataclasses.replace(config, strategy=REFERENCE, optimizer="sgd", lr=0.01)
+    batch_size = config.batch_size
+    assert batch_size is not None, "config comes resolved (resolve fills in batch_size)"
     device = "cuda" if config.accelerator == "cuda" else "cpu"
     times = _alternated({
         "suite": lambda: train(config).ranks[0].step_times_s,
-        "plain": lambda: plain_step_times(config.model, config.preset, config.batch_size, config.steps,
+        "plain": lambda: plain_step_times(config.model, config.preset, batch_size, config.steps,
                                           config.warmup, config.seed, device),
     }, rounds)
     return Comparison.from_rounds(
         "single-vs-plain-loop",
         "single vs plain PyTorch loop",
-        Setup(config.model, config.preset, 1, config.accelerator, config.batch_size),
+        Setup(config.model, config.preset, 1, config.accelerator, batch_size),
         times["suite"],
         times["plain"],
         tolerance=0.02,
@@ -159,6 +161,7 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
     process group, alternating round by round; each side's step time is the slowest rank's per
     step, as in the suite's records.
     """
+    assert config.batch_size is not None, "ddp_fidelity_config resolves config (resolve fills in batch_size)"
     suite, plain = _side_by_side(config, rounds, plain_ddp_step_times)
     return Comparison.from_rounds(
         "ddp-vs-plain-ddp",
@@ -176,6 +179,7 @@ def fsdp_vs_plain_fsdp(config: RunConfig, rounds: int) -> Comparison:
     # Imported here, as strategies/fsdp.py imports FSDP2: a second of import every bench process would pay.
     from bench.experiments.baselines.plain_fsdp import plain_fsdp_step_times
 
+    assert config.batch_size is not None, "fsdp_fidelity_config resolves config (resolve fills in batch_size)"
     script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
     suite, plain = _side_by_side(config, rounds, script)
     return Comparison.from_rounds(
@@ -206,6 +210,7 @@ def _worker(rank: int, config: RunConfig, rounds: int, folder: str, script: Plai
         torch.set_num_threads(threads_per_process(world))  # as the launcher sets it for `bench run`
 
     def plain() -> list[float]:
+        assert config.batch_size is not None, "_side_by_side's config is resolved (resolve fills in batch_size)"
         mine = script(config.model, config.preset, config.batch_size, config.steps, config.warmup,
                       config.seed, str(topo.devices[0]))
         return [max(step) for step in zip(*gather_objects(mine), strict=True)]

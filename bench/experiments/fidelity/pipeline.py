@@ -13,7 +13,7 @@ import logging
 import statistics
 import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -45,6 +45,7 @@ from strategies.pipeline import PipelineStrategy
 from strategies.schedules import ideal_speedup
 
 if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext
     from multiprocessing.queues import Queue
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,7 @@ def pp_vs_mp(
     # (micro-batches of 8) every micro-batch's weight-gradient traffic dominated: mp itself slowed from
     # 136 to 221 ms going from M=4 to 8, and pp reached 65% of the ideal against 80% at 256.
     base = pipeline_config(config)
+    assert base.batch_size is not None, "pipeline_config sets batch_size"
     setup = Setup(base.model, base.preset, PP_STAGES, base.accelerator, base.batch_size)
     per_rank = threads_per_process(PP_STAGES) if config.accelerator == "cpu" else torch.get_num_threads()
     sides = pipeline_sides(base.accelerator, per_rank, torch.get_num_threads())
@@ -238,7 +240,7 @@ def _pipeline_rounds(
     mp_times: dict[tuple[str, int], list[list[float]]] = {
         (s, m): [] for s in sides if s != PIPELINED for m in microbatches}
     pp_rounds: dict[int, list[PipelineRound]] = {m: [] for m in microbatches}
-    ctx = rank_context()
+    ctx = cast("ForkServerContext", rank_context())  # typed a BaseContext, which typeshed gives no Process
     with tempfile.TemporaryDirectory() as folder:
         inboxes = [ctx.Queue() for _ in range(PP_STAGES)]
         outbox = ctx.Queue()
@@ -292,7 +294,7 @@ def _pp_worker(
             if rank == 0:
                 fields = result.strategy_fields
                 bubbles = (fields.get("measured_bubble_fraction"), fields.get("theoretical_bubble_fraction"))
-                outbox.put(PipelineRound(step_times_ms(result.ranks), *bubbles))  # type: ignore[arg-type]
+                outbox.put(PipelineRound(step_times_ms(result.ranks), *bubbles))
     finally:
         if group_made:
             destroy_process_group()
