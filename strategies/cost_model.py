@@ -78,6 +78,10 @@ class BlockCosts(Protocol):
     def tensor_sizes(self) -> tuple[int, ...]:
         """Each parameter tensor's element count (what moves one tensor at a time)."""
         ...
+    def backward_split(self) -> tuple[Duration, Duration] | None:
+        """The backward as zero-bubble schedules split it, input gradient (I) then weight gradient (W), where
+        measured; None: not measured."""
+        ...
 
 
 PER_SAMPLE, FROM, TO = "/sample", "/from", "/to"
@@ -190,6 +194,15 @@ class CostModel:
 def whole_pass(blocks: Sequence[BlockCosts], ids: Sequence[int] | range, samples: float) -> tuple[float, float]:
     """Forward and backward milliseconds of blocks ``ids`` at ``samples``."""
     return (sum(blocks[i].forward_ms.at(samples) for i in ids), sum(blocks[i].backward_ms.at(samples) for i in ids))
+
+
+def split_pass(blocks: Sequence[BlockCosts], ids: Sequence[int] | range, samples: float) -> tuple[float, float] | None:
+    """Input-gradient and weight-gradient milliseconds of blocks ``ids`` at ``samples``; None where any block's
+    split was not measured."""
+    splits = [blocks[i].backward_split() for i in ids]
+    if any(s is None for s in splits):
+        return None
+    return (sum(s[0].at(samples) for s in splits if s), sum(s[1].at(samples) for s in splits if s))
 
 
 def own_overhead(costs: CostSource, threads: int, samples: float) -> float:

@@ -20,6 +20,7 @@ from strategies.cost_model import (
     StepPrediction,
     by_kind,
     own_overhead,
+    split_pass,
     threads_per_process,
     whole_pass,
 )
@@ -108,6 +109,7 @@ class PipelineCost(CostModel):
         samples = scenario.global_batch / replicas / m
         parts = stage_blocks(blocks, scenario.balance, ranks * v, samples)
         times = [whole_pass(blocks, part, samples) for part in parts]
+        splits = [split_pass(blocks, part, samples) for part in parts]
         # Stage s runs on pipeline rank s % ranks; replica r's pipeline holds global ranks r*ranks ..
         # r*ranks+ranks-1 (strategies/mesh.py: pp inside dp). A boundary costs the slowest replica's crossing.
         sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples, r * ranks + s % ranks,
@@ -118,8 +120,8 @@ class PipelineCost(CostModel):
 
         def duration(action: Action) -> float:
             forward, backward = times[action.stage]
-            share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: backward / 2,
-                     BACKWARD_WEIGHT: backward / 2}
+            input_grad, weight_grad = splits[action.stage] or (backward / 2, backward / 2)
+            share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: input_grad, BACKWARD_WEIGHT: weight_grad}
             return share[action.kind] * slows.get(action, all_at_work) + per_action
 
         def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
@@ -143,7 +145,7 @@ class PipelineCost(CostModel):
         # all-reduce runs after it, exposed.
         averaging = self.averaging_ms(costs, scenario, stage_parameters, replicas)
         split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
-        notes = ["I and W are taken as half a backward each"] if split else []
+        notes = ["I and W are taken as half a backward each (not measured)"] if split and None in splits else []
         overhead = own_overhead(costs, threads, samples * m) * all_at_work  # the step's own, once per schedule
         return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                               simulated_bubble(spans), spans, notes)

@@ -85,6 +85,45 @@ def test_zero_bubble_schedules_with_equal_input_and_weight_halves_leave_little_a
     assert bubble(8) < fill_drain_bubble(2, 8) / 5 and bubble(8) < bubble(4)
 
 
+def test_zero_bubble_actions_take_the_measured_input_and_weight_gradients_and_say_when_they_are_guessed(
+        tmp_path: Path) -> None:
+    scenario = Scenario("pp", 2, 32, microbatches=4, schedule="zbv", stages_per_rank=2)
+    guessed = predict_step(_calibration(4), scenario, 1)  # backward 2 ms per block, split unmeasured
+    assert guessed.notes == ["I and W are taken as half a backward each (not measured)"]
+    assert {(s.action.kind, round(s.end - s.start, 6)) for s in guessed.timeline if s.action.kind in "IW"} == {
+        ("I", 1.0), ("W", 1.0)}
+    base = _calibration(4)
+    measured = dataclasses.replace(base, threads={t: dataclasses.replace(costs, blocks=[dataclasses.replace(
+        b, backward_input_ms=Line(1.5, 0.0), backward_weight_ms=Line(0.5, 0.0)) for b in costs.blocks])
+        for t, costs in base.threads.items()})
+    split = predict_step(measured, scenario, 1)
+    assert split.notes == []
+    assert {(s.action.kind, round(s.end - s.start, 6)) for s in split.timeline if s.action.kind in "IW"} == {
+        ("I", 1.5), ("W", 0.5)}
+    measured.save(tmp_path / "split.json")
+    assert Calibration.load(tmp_path / "split.json") == measured  # the split survives the file
+    gpipe = predict_step(measured, dataclasses.replace(scenario, schedule="gpipe", stages_per_rank=1), 1)
+    assert gpipe.step_ms == predict_step(base, dataclasses.replace(scenario, schedule="gpipe",
+                                                                        stages_per_rank=1), 1).step_ms
+
+
+def test_calibration_splits_each_blocks_backward_into_its_input_and_weight_gradients() -> None:
+    import torch
+
+    from bench.predict.compute import block_times_ms, split_backward_ms
+
+    spec = models.build_model("mlp", "tiny", "group")
+    torch.manual_seed(0)
+    whole = block_times_ms(spec, 64, torch.device("cpu"), 3)
+    split = split_backward_ms(spec, 64, torch.device("cpu"), 3)
+    if split is None:
+        pytest.skip("this torch's pipelining offers no I/W split the calibration can call")
+    assert len(split) == len(whole) and all(i >= 0 and w > 0 for i, w in split)
+    first_input = spec.make_batch(2, torch.Generator().manual_seed(0))[0]
+    if not first_input.is_floating_point():  # token ids take no gradient: the first block has no I
+        assert split[0][0] < 0.05
+
+
 def test_ddp_with_free_communication_is_its_compute() -> None:
     step = predict_step(_calibration(4, update=5.0), Scenario("ddp", 2, 64), 1)
     assert step.exposed_comm_ms == 0.0

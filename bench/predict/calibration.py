@@ -75,9 +75,19 @@ class BlockCost:
     tensors: tuple[int, ...] = ()
     """Each parameter tensor's element count: what moves one tensor at a time (ZeRO-1's broadcasts).
     Empty: the block's parameters as one tensor."""
+    backward_input_ms: Line | None = None
+    """The backward split as zero-bubble schedules run it: the gradient of the block's input alone (I) ...
+    None: not measured (a file from before, a roofline)."""
+    backward_weight_ms: Line | None = None
+    """... then the gradient of its weights (W)."""
 
     def tensor_sizes(self) -> tuple[int, ...]:
         return self.tensors or (self.parameters,)
+
+    def backward_split(self) -> tuple[Line, Line] | None:
+        if self.backward_input_ms is None or self.backward_weight_ms is None:
+            return None
+        return self.backward_input_ms, self.backward_weight_ms
 
 
 @dataclass(frozen=True)
@@ -268,9 +278,10 @@ class Calibration:
 
 
 def _block(data: dict[str, Any]) -> BlockCost:
+    split = [Line.from_json(data[k]) if data.get(k) else None for k in ("backward_input_ms", "backward_weight_ms")]
     return BlockCost(Line.from_json(data["forward_ms"]), Line.from_json(data["backward_ms"]), int(data["parameters"]),
                      float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]),
-                     tuple(int(n) for n in data["tensors"]))
+                     tuple(int(n) for n in data["tensors"]), *split)
 
 
 def _communication(data: dict[str, Any]) -> Communication:
