@@ -84,39 +84,13 @@ class BlockCosts(Protocol):
         ...
 
 
-PER_SAMPLE, FROM, TO = "/sample", "/from", "/to"
-"""The keys beside a runtime term's (``pp_per_action``) of its slope (``pp_per_action/sample``) and of the
-samples between which it was measured (``/from``, ``/to``)."""
-
-
 class RuntimeOverheads(dict[str, float]):
     """Milliseconds the distributed runtimes add beyond compute and counted communication (hooks, bucketing,
     DTensor dispatch, a schedule's bookkeeping), by term: each cost model's ``residual`` (``ddp_per_step``,
-    ``pp_per_action``, ...) in the unit it grows with, as a line in the samples that unit handles (its
-    ``PER_SAMPLE`` key the slope), flat beyond the sizes it was measured at: two noisy points say nothing of
-    where their line goes far outside them (ddp's, fitted at 6 and 20 samples per rank, went below zero at 64
-    on the 2-core VM). A term not measured is zero."""
+    ``pp_per_action``, ...) in the unit it grows with. A term not measured is zero."""
 
     def __missing__(self, term: str) -> float:
         return 0.0
-
-    def at(self, term: str, samples: float) -> float:
-        """Term ``term``'s milliseconds per unit where a unit handles ``samples`` samples."""
-        if self[term + TO] > 0:
-            samples = min(max(samples, self[term + FROM]), self[term + TO])
-        return self[term] + self[term + PER_SAMPLE] * samples
-
-    def with_line(self, term: str, points: Sequence[tuple[float, float]]) -> RuntimeOverheads:
-        """These terms with ``term`` the line through ``points`` ((samples, ms) pairs; least squares through
-        more than two, flat through one), unclamped: a residual below zero is the model over-predicting."""
-        if not points:
-            return RuntimeOverheads(self)
-        xs, ys = [x for x, _ in points], [y for _, y in points]
-        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-        spread = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
-        return RuntimeOverheads(self, **{term: mean_y - slope * mean_x, term + PER_SAMPLE: slope,
-                                         term + FROM: min(xs), term + TO: max(xs)})
 
 
 class CostSource(Protocol):
@@ -171,15 +145,6 @@ class CostModel:
         """{kind: bytes} on the device that holds the most; ``gathered_bytes`` per parameter a sharded strategy
         gathers (2 under bf16 mixed precision on a GPU profile)."""
         raise NotImplementedError
-
-    def runtime_samples(self, scenario: Scenario) -> float:
-        """The samples one unit of ``residual`` handles (its line's abscissa): by default each rank's share."""
-        return scenario.global_batch / scenario.devices
-
-    def runtime_ms(self, costs: CostSource, scenario: Scenario, term: str | None = None) -> float:
-        """Term ``term`` (default ``residual``) per unit, as measured on as many processes as ``scenario`` has."""
-        name = term or self.residual
-        return costs.runtime_for(scenario.devices).at(name, self.runtime_samples(scenario)) if name else 0.0
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         """How many times ``residual`` is paid in a step of ``scenario`` (a model of ``blocks`` blocks)."""

@@ -112,7 +112,7 @@ class HybridCost(PipelineCost):
         if replicas == 1:
             return 0.0
         return (costs.collective_ms("all_reduce", stage_parameters * FP32, replicas)
-                + self.runtime_ms(costs, scenario))
+                + costs.runtime_for(scenario.devices)[self.residual])
 
 
 class HybridStrategy(Strategy):

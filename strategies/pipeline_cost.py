@@ -88,9 +88,6 @@ class PipelineCost(CostModel):
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         return {"microbatches": microbatches}
 
-    def runtime_samples(self, scenario: Scenario) -> float:
-        return scenario.global_batch / self.replicas(scenario) / scenario.microbatches  # a micro-batch
-
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         # F and B of each micro-batch on each stage of a one-stage-per-rank pipeline: 2 (m + p - 1) clock
         # cycles' actions on the longest rank
@@ -115,7 +112,7 @@ class PipelineCost(CostModel):
         sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples, r * ranks + s % ranks,
                                        r * ranks + (s + 1) % ranks) for r in range(replicas))
                  for s, part in enumerate(parts)]
-        per_action = self.runtime_ms(costs, scenario, PipelineCost.residual)
+        per_action = costs.runtime_for(scenario.devices)[PipelineCost.residual]
         slows: dict[Action, float] = {}
 
         def duration(action: Action) -> float:

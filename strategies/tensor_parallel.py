@@ -98,9 +98,6 @@ class TensorParallelCost(CostModel):
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return sum(scenario.tp_layers)
 
-    def runtime_samples(self, scenario: Scenario) -> float:
-        return scenario.global_batch  # every rank computes the whole batch
-
     def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
         n = scenario.devices
         threads = threads_per_process(n)
@@ -114,7 +111,7 @@ class TensorParallelCost(CostModel):
             # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
             comm += 2 * pairs.get(i, 0) * costs.collective_ms("all_reduce", block.output_bytes_per_sample * samples, n)
         compute += own_overhead(costs, threads, samples) * slow
-        comm += self.runtime_ms(costs, scenario) * sum(scenario.tp_layers)
+        comm += costs.runtime_for(n)[self.residual] * sum(scenario.tp_layers)
         update = costs.optimizer_ms(threads, self._local_parameters(blocks, scenario)) * slow
         return StepPrediction(compute + comm + update, compute, comm, update)
 

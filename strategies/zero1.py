@@ -40,7 +40,7 @@ class ZeRO1Cost(DataParallelCost):
         n = scenario.devices
         broadcasts = sum(costs.collective_ms("broadcast", FP32 * t, n)
                          for b in costs.blocks(threads) for t in b.tensor_sizes())
-        return costs.optimizer_ms(threads, parameters / n), broadcasts + self.runtime_ms(costs, scenario)
+        return costs.optimizer_ms(threads, parameters / n), broadcasts + costs.runtime_for(n)[self.residual]
 
     def optimizer_share(self, scenario: Scenario) -> float:
         return 1 / scenario.devices

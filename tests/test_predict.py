@@ -261,49 +261,36 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
             r["prediction"]["predicted_step_time_ms"] / r["step_time_ms_median"] - 1)
 
 
-def test_runtime_residuals_are_lines_through_what_the_cost_models_miss_on_two_sizes(tmp_path: Path) -> None:
-    from bench.predict.costs import cost_model
-    from bench.predict.runtime import MICROBATCHES, REFERENCE_PER_RANK, reference_configs, reference_key, residuals
+def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(tmp_path: Path) -> None:
+    from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
     from bench.predict.scenario import scenario_for
-    from strategies.cost_model import PER_SAMPLE
 
     calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
-    names = ("ddp", "zero1", "fsdp", "tp", "pp", "mp")
-    assert set(configs) == {reference_key(n, p) for n in names for p in REFERENCE_PER_RANK}
+    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "mp"}
     assert {c.model for c in configs.values()} == {"mlp"}
-    assert {c.batch_size for c in configs.values()} == {2 * p for p in REFERENCE_PER_RANK}
-    assert {c.microbatches for c in configs.values() if c.strategy in ("pp", "mp")} == {MICROBATCHES}
+    assert configs["pp"].microbatches == configs["mp"].microbatches == MICROBATCHES
     calibration = _calibration(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
-    # Each run took its prediction plus a known runtime cost per unit, a line in the samples the unit handles
-    # (zero1 pays ddp's too, then its own); some slopes fall, and a line may go below zero.
-    lines = {"ddp_per_step": (2.0, 0.1), "zero1_per_step": (1.5, -0.05), "fsdp_per_block": (1.0, 0.02),
-             "tp_per_layer": (0.5, 0.01), "pp_per_action": (0.25, 0.03), "mp_per_microbatch": (-0.2, 0.1)}
-    measured = {}
-    for key, config in configs.items():
-        model, scenario = cost_model(config.strategy), scenario_for(config)
-        terms = [model.residual, *(["ddp_per_step"] if config.strategy == "zero1" else [])]
-        samples = model.runtime_samples(scenario)
-        per_unit = sum(lines[t][0] + lines[t][1] * samples for t in terms)
-        measured[key] = (predict_step(calibration, scenario, 1).step_ms
-                         + per_unit * model.runtime_units(scenario, 5))
+    predicted = {name: predict_step(calibration, scenario_for(c), 1).step_ms for name, c in configs.items()}
+    layers = sum(scenario_for(configs["tp"]).tp_layers)
+    # Each run took its prediction plus a known runtime cost: 2 ms per ddp step (zero1 pays it too, and 1.5
+    # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path,
+    # 0.75 per mp micro-batch.
+    measured = {"ddp": predicted["ddp"] + 2.0, "zero1": predicted["zero1"] + 3.5, "fsdp": predicted["fsdp"] + 5.0,
+                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (MICROBATCHES + 1),
+                "mp": predicted["mp"] + 0.75 * MICROBATCHES}
     found = residuals(calibration, 2, configs, measured)
-    for term, (fixed, slope) in lines.items():
-        assert (found[term], found[term + PER_SAMPLE]) == (pytest.approx(fixed), pytest.approx(slope)), term
-    # Flat beyond the sizes measured: a line through two noisy points is not extrapolated.
-    at_most = max(REFERENCE_PER_RANK)
-    beyond, at_end = found.at("ddp_per_step", 10 * at_most), found.at("ddp_per_step", at_most)
-    assert beyond == at_end == pytest.approx(2.0 + 0.1 * at_most)
-    # Unclamped: a model that over-predicts a run has the term take it back; one size alone gives a flat line.
-    ddp = {k: c for k, c in configs.items() if c.strategy == "ddp"}
-    over = residuals(calibration, 2, ddp, {k: predict_step(calibration, scenario_for(c), 1).step_ms - 1.0
-                                           for k, c in ddp.items()})
-    assert (over["ddp_per_step"], over["ddp_per_step" + PER_SAMPLE]) == (pytest.approx(-1.0), pytest.approx(0.0))
-    one = residuals(calibration, 2, ddp, {reference_key("ddp", 6): measured[reference_key("ddp", 6)]})
-    assert one["ddp_per_step" + PER_SAMPLE] == 0.0 and one["ddp_per_step"] == pytest.approx(2.0 + 0.1 * 6)
-    # A strategy the model cannot run has no reference run and costs nothing.
-    assert not any(c.strategy == "tp" for c in reference_configs(dataclasses.replace(
-        calibrated, model="cnn", preset="tiny"), str(tmp_path / "reference.jsonl"), 2).values())
+    assert found["ddp_per_step"] == pytest.approx(2.0)
+    assert found["zero1_per_step"] == pytest.approx(1.5)
+    assert found["fsdp_per_block"] == pytest.approx(1.0)
+    assert found["tp_per_layer"] == pytest.approx(0.5)
+    assert found["pp_per_action"] == pytest.approx(0.25)
+    assert found["mp_per_microbatch"] == pytest.approx(0.75)
+    # A runtime never gives time back; a strategy the model cannot run has no reference and costs nothing.
+    quick = residuals(calibration, 2, configs, {"ddp": predicted["ddp"] - 1.0})
+    assert quick["ddp_per_step"] == 0.0 and set(quick.values()) == {0.0}
+    assert "tp" not in reference_configs(dataclasses.replace(calibrated, model="cnn", preset="tiny"),
+                                         str(tmp_path / "reference.jsonl"), 2)
 
 
 def test_collectives_and_reference_steps_are_the_median_over_groups_of_processes(
@@ -343,18 +330,16 @@ def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> No
     from bench.predict.scenario import scenario_for
 
     calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
-    assert not any(c.strategy == "hybrid" for c in reference_configs(calibrated, str(tmp_path / "r.jsonl"), 2).values())
-    hybrid = {k: c for k, c in reference_configs(calibrated, str(tmp_path / "r.jsonl"), 4).items()
-              if c.strategy == "hybrid"}
-    assert {(c.dp, c.pp) for c in hybrid.values()} == {(2, 2)} and len(hybrid) == 2
+    assert "hybrid" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
+    configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
+    assert (configs["hybrid"].dp, configs["hybrid"].pp) == (2, 2)
     base = _calibration(5)
     calibration = dataclasses.replace(base, communication={4: base.communication[2]})
-    predicted = {k: predict_step(calibration, scenario_for(c), 1).step_ms for k, c in hybrid.items()}
-    found = residuals(calibration, 4, hybrid, {k: ms + 3.0 for k, ms in predicted.items()})
+    predicted = predict_step(calibration, scenario_for(configs["hybrid"]), 1).step_ms
+    found = residuals(calibration, 4, {"hybrid": configs["hybrid"]}, {"hybrid": predicted + 3.0})
     assert found["hybrid_per_step"] == pytest.approx(3.0)
-    for key, config in hybrid.items():
-        with_it = predict_step(calibration.with_runtime(4, found), scenario_for(config), 1).step_ms
-        assert with_it == pytest.approx(predicted[key] + 3.0)
+    with_it = predict_step(calibration.with_runtime(4, found), scenario_for(configs["hybrid"]), 1).step_ms
+    assert with_it == pytest.approx(predicted + 3.0)
 
 
 def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_run_has() -> None:
@@ -567,12 +552,12 @@ def test_the_report_reads_each_error_against_the_repeats_own_stray() -> None:
 
 
 def test_a_run_whose_timings_entered_the_calibration_is_fitted_and_every_other_held_out(tmp_path: Path) -> None:
-    from bench.predict.runtime import fitted, fitted_key, reference_configs, reference_key
+    from bench.predict.runtime import fitted, fitted_key, reference_configs
 
     calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
     references = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
     calibration = dataclasses.replace(_calibration(5), fitted_runs=tuple(fitted_key(c) for c in references.values()))
-    pp = references[reference_key("pp", 6)]
+    pp = references["pp"]
     assert fitted(calibration, dataclasses.replace(pp, steps=6, repeat=2, out="elsewhere.jsonl")) is True
     assert fitted(calibration, dataclasses.replace(pp, batch_size=2 * pp.batch_size)) is False
     assert fitted(calibration, dataclasses.replace(pp, schedule="1f1b")) is False

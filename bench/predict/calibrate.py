@@ -100,7 +100,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
     known), and the reference runs there (mp's here, in one process) with their median steps."""
     with tempfile.TemporaryDirectory() as folder:
         references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
-        on_ranks = {key: c for key, c in references.items() if not in_process(c.strategy)}
+        on_ranks = {name: c for name, c in references.items() if not in_process(name)}
         curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)

@@ -70,14 +70,14 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
     steps = [GapStep(f"nothing: the ideal p·m/(m+p-1), p={pp.devices}, m={pp.microbatches}",
                      ideal_speedup(pp.devices, pp.microbatches))]
     added = {"update": False, "slowdown": False, "transfers": False, "runtime": False}
-    terms = [(model.residual, model.runtime_ms(source, s)) for s in (pp, mp)
-             if (model := cost_model(s.strategy)).residual]
+    runtime = source.runtime_for(pp.devices)
+    terms = [term for term in (cost_model(s.strategy).residual for s in (pp, mp)) if term]
     labels = {
         "stages": "the stages as split (their calibrated forward and backward times)",
         "update": "the optimizer step and the step's own overhead (not pipelined)",
         "slowdown": f"{pp.devices} processes computing at once (shared cores: x{source.slowdown_for(pp.devices):.3f})",
         "transfers": "the activations and gradients sent between stages",
-        "runtime": "the runtimes: " + ", ".join(f"{term} {ms:.2f} ms" for term, ms in terms),
+        "runtime": "the runtimes: " + ", ".join(f"{term} {runtime[term]:.2f} ms" for term in terms),
     }
     for name in labels:
         if name in added:

@@ -33,13 +33,6 @@ from strategies.cost_model import RuntimeOverheads
 from strategies.mesh import DIMS
 
 MICROBATCHES = 4
-REFERENCE_PER_RANK = (6, 40)
-"""Samples per rank of the two reference runs each runtime term is a line through (in the samples its unit
-handles), spanning what sweeps run: batches of 12, 80, 24 and 160 on 2 and 4 ranks, none a sweep's default
-(the tiny presets' 8 and 16, the small presets' 64), each cut into ``MICROBATCHES`` micro-batches by pp and
-by hybrid's 2 replicas. One size left the residual a constant fitted at batch 8: pp's 0.06 ms per action
-there, where the step at batch 64 spent 5 ms more between its actions than predicted (mlp small, 2 ranks,
-2-core VM)."""
 REFERENCE_STEPS = 16
 """Timed steps per reference run in each group. Their steps take milliseconds, and the median of 8 left
 zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM."""
@@ -69,63 +62,46 @@ def fitted(calibration: object, config: RunConfig) -> bool | None:
 
 def reference_batches(ranks: int) -> list[int]:
     """The per-process batches the reference runs compute at (calibration times the blocks there too):
-    ddp's share, pp's micro-batch, tp's whole batch, hybrid's micro-batch (2 replicas), at each size."""
-    return sorted({n for p in REFERENCE_PER_RANK
-                   for n in (p, max(1, p * ranks // MICROBATCHES), p * ranks, max(1, p * ranks // 2 // MICROBATCHES))})
-
-
-def reference_key(strategy: str, per_rank: int) -> str:
-    """A reference run's name among a calibration's: the strategy and its batch per rank."""
-    return f"{strategy} at {per_rank} per rank"
+    ddp's share, pp's micro-batch, tp's whole batch."""
+    return [MICROBATCHES, ranks, ranks * MICROBATCHES]
 
 
 def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, RunConfig]:
     """The reference runs on ``ranks`` ranks: each strategy whose cost model fits a residual there
     (``CostModel.reference_options``), in the registry's order (zero1's residual is what it costs beyond
     ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, a global batch of
-    ``ranks`` times each of ``REFERENCE_PER_RANK``, the default options; keyed by ``reference_key``."""
+    ``ranks * MICROBATCHES``, the default options."""
     base = RunConfig(out=out, accelerator=calibrated.accelerator, backend=calibrated.backend,
                      optimizer=calibrated.optimizer, precision="fp32", model=calibrated.model,
-                     preset=calibrated.preset, norm=calibrated.norm, steps=REFERENCE_STEPS, warmup=2, devices=ranks)
+                     preset=calibrated.preset, norm=calibrated.norm, batch_size=ranks * MICROBATCHES,
+                     steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
     for name in predicted_strategies():
         # RunConfig's options by field name, which mypy cannot match to their fields; resolve checks them
         extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, MICROBATCHES)
         if extra is None:
             continue
-        for per_rank in REFERENCE_PER_RANK:
-            try:
-                configs[reference_key(name, per_rank)] = resolve(
-                    dataclasses.replace(base, strategy=name, batch_size=ranks * per_rank, **extra))
-            except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than ranks): never predicted
-                break
+        try:
+            configs[name] = resolve(dataclasses.replace(base, strategy=name, **extra))
+        except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than ranks): never predicted
+            continue
     return configs
 
 
 def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig],
               step_ms: dict[str, float]) -> RuntimeOverheads:
-    """Each strategy's runtime term: the line, in the samples its unit handles, through what each of its
-    reference runs measured (``step_ms``, by ``configs``' keys) beyond what ``calibration`` predicts for it
-    with the terms found so far, over its units. Unclamped: below zero, the rest of the model over-predicts
-    that run, and the term takes it back."""
+    """Each reference run's measured median step (``step_ms``) less what ``calibration`` predicts for it
+    with the residuals found so far, over its unit; never below zero (a runtime gives no time back)."""
     found = RuntimeOverheads()
-    runs: dict[str, list[tuple[str, RunConfig]]] = {}
-    for key, config in configs.items():  # the registry's order: zero1's term is what it costs beyond ddp's
-        runs.setdefault(config.strategy, []).append((key, config))
-    for name, references in runs.items():
+    for name, config in configs.items():
         model = cost_model(name)
-        if model.residual is None:
+        if name not in step_ms or model.residual is None:
             continue
-        points = []
-        for key, config in references:
-            if key not in step_ms:
-                continue
-            scenario = scenario_for(config)
-            predicted = predict_step(calibration.with_runtime(ranks, found), scenario,
-                                     optimizer_states(config.optimizer)).step_ms
-            units = model.runtime_units(scenario, len(calibration.blocks(1)))
-            points.append((model.runtime_samples(scenario), (step_ms[key] - predicted) / max(1, units)))
-        found = found.with_line(model.residual, points)
+        scenario = scenario_for(config)
+        predicted = predict_step(calibration.with_runtime(ranks, found), scenario,
+                                 optimizer_states(config.optimizer)).step_ms
+        units = model.runtime_units(scenario, len(calibration.blocks(1)))
+        found = RuntimeOverheads(found, **{model.residual: max(0.0, step_ms[name] - predicted) / max(1, units)})
     return found
 
 
@@ -136,5 +112,5 @@ def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
 
     from bench.harness.runner import step_times_ms, train
 
-    return {key: statistics.median(step_times_ms(train(config).ranks))
-            for key, config in configs.items() if in_process(config.strategy)}
+    return {name: statistics.median(step_times_ms(train(config).ranks))
+            for name, config in configs.items() if in_process(name)}
