@@ -110,7 +110,8 @@ def test_zero_bubble_actions_take_the_measured_input_and_weight_gradients_and_sa
 def test_calibration_splits_each_blocks_backward_into_its_input_and_weight_gradients() -> None:
     import torch
 
-    from bench.predict.compute import block_times_ms, split_backward_ms
+    from bench.predict.backward_split import split_backward_ms
+    from bench.predict.compute import block_times_ms
 
     spec = models.build_model("mlp", "tiny", "group")
     torch.manual_seed(0)

@@ -1,0 +1,70 @@
+"""A block's backward as zero-bubble pipeline schedules split it: the input's gradient (I), then the weights' (W)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+
+import torch
+
+from models.spec import ModelSpec
+from strategies.devices import synchronize
+
+log = logging.getLogger(__name__)
+
+
+def _now(device: torch.device) -> float:
+    synchronize([device])
+    return time.perf_counter()
+
+
+def split_backward_ms(spec: ModelSpec, batch: int, device: torch.device,
+                      repeats: int) -> list[tuple[float, float]] | None:
+    """Per block, (input-gradient ms, weight-gradient ms) at ``batch`` samples, as zero-bubble schedules split
+    the backward: whole passes as ``block_times_ms`` times them, each block's backward run by the functions
+    torch.distributed.pipelining's stages call for I and W (``stage_backward_input``, then
+    ``stage_backward_weight``). None where this torch has no such functions (the split is then guessed, and
+    predictions say so). A block whose input takes no gradient (token ids) has no I."""
+    try:
+        from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+    except ImportError:
+        return None
+    def now() -> float:
+        return _now(device)
+
+    blocks = spec.blocks.to(device)
+    inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
+    inputs, targets = inputs.to(device), targets.to(device)
+    input_ms: list[list[float]] = [[] for _ in blocks]
+    weight_ms: list[list[float]] = [[] for _ in blocks]
+    for r in range(repeats + 1):
+        block_inputs, outputs, x = [], [], inputs
+        for i, block in enumerate(blocks):
+            x = x.detach().requires_grad_(x.is_floating_point())
+            out = block(x)
+            if i == len(blocks) - 1:
+                out = spec.loss_fn(out, targets)
+            block_inputs.append(x)
+            outputs.append(out)
+            x = out
+        gradient = None
+        for i in reversed(range(len(blocks))):
+            start = now()
+            try:  # a private API whose return type moved between torch releases
+                result = stage_backward_input([outputs[i]], None if gradient is None else [gradient],
+                                              [block_inputs[i]], blocks[i].parameters())
+                grads, groups = (result if isinstance(result, tuple)
+                                 else (result.input_grads, result.param_groups))
+                middle = now()
+                stage_backward_weight(blocks[i].parameters(), groups)
+            except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+                log.warning("the backward's I/W split is not measured on this torch: %s", exc)
+                return None
+            end = now()
+            if r > 0:  # the first pass runs cold
+                input_ms[i].append((middle - start) * 1e3)
+                weight_ms[i].append((end - middle) * 1e3)
+            gradient = grads[0]
+    blocks.zero_grad(set_to_none=True)
+    return [(statistics.median(a), statistics.median(w)) for a, w in zip(input_ms, weight_ms, strict=True)]
