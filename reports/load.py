@@ -13,6 +13,7 @@ import pandas as pd
 
 from bench.harness import labels
 from bench.harness.records import BadLine, RecordError, read_records
+from reports.benchmark_json import benchmark_records
 from strategies.mesh import DP, DP_SHARD, PP, TP
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def load(paths: list[Path]) -> Results:
     records, bad = [], []
     for path in paths:
         if path.suffix == ".json":
-            records += _checked(path, _benchmark_json(path))
+            records += _checked(path, benchmark_records(path))
             continue
         good, broken = read_records(path)
         records += _checked(path, good)
@@ -288,14 +289,3 @@ def _machine(record: dict[str, Any]) -> str:
     cpu = f"{env.get('cpu_model', 'unknown CPU')}, {env.get('cpu_cores', '?')} cores"
     what = f"{len(gpus)} x {gpus[0]}" if record["accelerator"] == "cuda" and gpus else cpu
     return f"{env.get('hostname', 'unknown host')}, {record['accelerator']} ({what})"
-
-
-def _benchmark_json(path: Path) -> list[dict[str, Any]]:
-    """Run records carried in a pytest-benchmark JSON file (``extra_info['record']`` of each benchmark)."""
-    try:
-        data = json.loads(path.read_text())
-        # whatever the file holds: None (not a JSON object) fails to iterate below, a TypeError reported as unreadable
-        benchmarks: Any = data.get("benchmarks", []) if isinstance(data, dict) else None
-        return [b["extra_info"]["record"] for b in benchmarks if "record" in (b.get("extra_info") or {})]
-    except (OSError, json.JSONDecodeError, TypeError, AttributeError, KeyError) as exc:
-        raise RecordError(f"cannot read benchmark JSON {path}: {type(exc).__name__}: {exc}") from None

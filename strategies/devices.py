@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import resource
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -29,6 +30,16 @@ def synchronize(devices: Iterable[torch.device]) -> None:
     (nothing to wait for on the CPU)."""
     for index in sorted({d.index or 0 for d in devices if d.type == "cuda"}):
         torch.cuda.synchronize(index)
+
+
+def synchronized_clock(device: torch.device) -> Callable[[], float]:
+    """A clock (seconds) that first waits for ``device``'s queued work, as ``synchronize`` does."""
+
+    def now() -> float:
+        synchronize([device])
+        return time.perf_counter()
+
+    return now
 
 
 _STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")

@@ -25,8 +25,6 @@ from bench.harness.failures import FAILURE_DIR_VARIABLE, read_failures
 from strategies.cost_model import threads_per_process
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
-__all__ = ["threads_per_process"]  # re-exported: the launcher gives each process its share of the cores
-
 RESOLVED_CONFIG_VARIABLE = "BENCH_RESOLVED_CONFIG"
 """The launcher's resolved configuration, as JSON, for the torchrun workers it starts: a run is
 validated once, where it is launched, not again in each of its processes."""

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import logging
 import statistics
-import time
 
 import torch
 
 from models.spec import ModelSpec
-from strategies.devices import synchronize
+from strategies.devices import synchronized_clock
 
 log = logging.getLogger(__name__)
-
-
-def _now(device: torch.device) -> float:
-    synchronize([device])
-    return time.perf_counter()
 
 
 def split_backward_ms(spec: ModelSpec, batch: int, device: torch.device,
@@ -30,9 +24,7 @@ def split_backward_ms(spec: ModelSpec, batch: int, device: torch.device,
         from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
     except ImportError:
         return None
-    def now() -> float:
-        return _now(device)
-
+    now = synchronized_clock(device)
     blocks = spec.blocks.to(device)
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
     inputs, targets = inputs.to(device), targets.to(device)

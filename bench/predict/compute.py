@@ -24,7 +24,7 @@ from bench.predict.backward_split import split_backward_ms
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from models.spec import ModelSpec
-from strategies.devices import synchronize
+from strategies.devices import synchronized_clock
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +32,6 @@ if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Barrier
-
-
-def _synchronized(device: torch.device) -> Callable[[], float]:
-    """A clock that first waits for the device's queued work (strategies/devices.py)."""
-
-    def now() -> float:
-        synchronize([device])
-        return time.perf_counter()
-
-    return now
 
 
 def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: int) -> list[tuple[float, float]]:
@@ -53,7 +43,7 @@ def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: i
     the passes before left (micro-batches accumulate). Timing one block over and over instead keeps
     its weights in the caches between its forward and backward, which a real pass, reading every
     other block's weights in between, does not."""
-    now = _synchronized(device)
+    now = synchronized_clock(device)
     blocks = spec.blocks.to(device)
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
     inputs, targets = inputs.to(device), targets.to(device)
@@ -87,7 +77,7 @@ def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: i
 
 def optimizer_ms_per_parameter(spec: ModelSpec, build: Callable, device: torch.device, repeats: int) -> float:
     """The optimizer step's median time over the model's parameter count (gradients present, state made)."""
-    now = _synchronized(device)
+    now = synchronized_clock(device)
     params = list(spec.blocks.to(device).parameters())
     for p in params:
         p.grad = torch.ones_like(p)
@@ -145,7 +135,7 @@ COPY_BYTES = 32 * 2**20
 
 def copy_ms_per_byte(device: torch.device, repeats: int) -> float:
     """The median time of copying 32 MiB between two tensors, per byte."""
-    now = _synchronized(device)
+    now = synchronized_clock(device)
     source = torch.ones(COPY_BYTES // 4, device=device)
     target = torch.empty_like(source)
     times = []
@@ -159,7 +149,7 @@ def copy_ms_per_byte(device: torch.device, repeats: int) -> float:
 
 def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.device, repeats: int) -> list[float]:
     """The timed repeats of a plain training step (the PyTorch tutorials' loop) at ``batch`` samples."""
-    now = _synchronized(device)
+    now = synchronized_clock(device)
     blocks = spec.blocks.to(device)
     optimizer = build(blocks.parameters())
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
