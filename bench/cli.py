@@ -136,8 +136,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             raise SystemExit(2) from None
         fail("bench run", str(exc))
     if strategy_class(config.strategy).launch is Launch.PER_DEVICE and not under_torchrun():
-        return launch_local(config.devices, argv, config.accelerator, config.max_restarts, to_json(config))
-    if under_torchrun() and config.accelerator == "cpu":
+        return launch_local(config.run.devices, argv, config.run.accelerator, config.measure.max_restarts,
+                            to_json(config))
+    if under_torchrun() and config.run.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     rank = int(os.environ.get("RANK", "0"))
     failures.note_started(rank)
@@ -152,8 +153,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if result.topology.rank != 0:
         return 0
     record = build_record(config, result, environment())
-    append_record(config.out, record)
-    print(summary_line(record) + f"  -> {config.out}")
+    append_record(config.measure.out, record)
+    print(summary_line(record) + f"  -> {config.measure.out}")
     return 0
 
 
@@ -170,10 +171,11 @@ def _out_of_memory(config: RunConfig, exc: BaseException) -> int:
     """An ``oom`` row with this process's memory figures, one line on stderr, exit code 3."""
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    devices = devices_for(config.accelerator, 1, first=local) if under_torchrun() else devices_for(
-        config.accelerator, config.devices)
+    devices = devices_for(config.run.accelerator, 1, first=local) if under_torchrun() else devices_for(
+        config.run.accelerator, config.run.devices)
     reason = f"rank {rank}: {failures.describe_error(exc)}"
-    append_record(config.out, failure_record(config, "oom", reason, environment(), peak_mem=peak_memory(devices)))
+    append_record(config.measure.out, failure_record(config, "oom", reason, environment(),
+                                                     peak_mem=peak_memory(devices)))
     print(f"bench run: out of memory on rank {rank}: {failures.describe_error(exc)}", file=sys.stderr)
     return 3
 
@@ -182,14 +184,15 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     try:
         # --out reaches the config, so resolve checks it is writable before anything runs, as for bench run.
         # The baselines are the tutorials' fp32 loops: the suite's side runs as they do, whatever the GPU default.
-        config = resolve(dataclasses.replace(config_from_args(RunConfig, args), precision="fp32", channels_last=False))
+        config = resolve(config_from_args(RunConfig, args).with_flags(precision="fp32", channels_last=False))
         ddp_config = ddp_fidelity_config(config)
         fsdp_config = fsdp_fidelity_config(config)
         if args.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
-        pipelines = config.accelerator == "cpu" or torch.cuda.device_count() >= 2
+        pipelines = config.run.accelerator == "cpu" or torch.cuda.device_count() >= 2
         check_calibration_choice(args.calibration)
-        predictor = pipeline_predictor(args.calibration, pipeline_config(config), Path(config.out)) if pipelines \
+        predictor = pipeline_predictor(args.calibration, pipeline_config(config),
+                                       Path(config.measure.out)) if pipelines \
             else None
     except ConfigError as exc:
         fail("bench fidelity", str(exc))
@@ -199,12 +202,12 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     def record(result: FidelityResult) -> None:
         # Each result is kept as soon as it is measured: an interrupted run loses only the one under way.
         print(result.line())
-        append_record(config.out, fidelity_record(result, config, args.rounds, env))
+        append_record(config.measure.out, fidelity_record(result, config, args.rounds, env))
         verdicts.append(result.met)
 
     comparison = single_vs_plain_loop(config, args.rounds)
-    print(f"{config.model}/{config.preset}, batch {config.batch_size}, {config.accelerator}, "
-          f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.steps} steps")
+    print(f"{config.workload.model}/{config.workload.preset}, batch {config.run.batch_size}, {config.run.accelerator}, "
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds x {config.measure.steps} steps")
     record(comparison)
     if ddp_config is not None:
         record(ddp_vs_plain_ddp(ddp_config, args.rounds))
@@ -217,7 +220,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         for result in results:
             record(result)
     held = [v for v in verdicts if v is not None]
-    print(f"fidelity: {sum(held)} of {len(held)} targets met  -> {config.out}")
+    print(f"fidelity: {sum(held)} of {len(held)} targets met  -> {config.measure.out}")
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING
 
 from strategies.base import Launch, Strategy, Topology
 from strategies.data_parallel import DataParallelStrategy
@@ -20,12 +20,7 @@ from strategies.tensor_parallel import TensorParallelStrategy
 from strategies.zero1 import ZeRO1Strategy
 
 if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-    class OptionGroup(DataclassInstance, Protocol):
-        """An option group (strategies/options.py): a dataclass that names its ``__init__`` keyword as ``key``."""
-
-        key: ClassVar[str]
+    from strategies.options import OptionGroup
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls

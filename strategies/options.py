@@ -2,8 +2,9 @@
 
 A strategy declares the groups it reads (``Strategy.reads``) and receives exactly those, as
 keyword arguments, so it is never handed a setting that does not concern it. The harness
-(bench/harness/config.py) composes every group into one flat ``RunConfig``, from which the flags are
-generated, and refuses a flag of a group the chosen strategy does not read:
+(bench/harness/config.py) holds each group as a section of its ``RunConfig`` under the group's ``key``
+(``config.pipeline.schedule``), generates one flag per field, and refuses a flag of a group the
+chosen strategy does not read:
 
     group             flags                                              read by
     RunOptions        --devices --accelerator --batch-size --precision   every strategy
@@ -19,7 +20,6 @@ generated, and refuses a flag of a group the chosen strategy does not read:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
@@ -27,6 +27,12 @@ from models.spec import TensorParallelPlan
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    class OptionGroup(DataclassInstance, Protocol):
+        """An option group: a dataclass that names its section of the configuration (and its
+        strategy's ``__init__`` keyword) as ``key``."""
+
+        key: ClassVar[str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,22 +139,18 @@ class FSDPOptions:
     backward (ZeRO-3); --no-reshard-after-forward keeps them until the backward (ZeRO-2)."""
 
 
-OPTION_GROUPS: tuple[type, ...] = (RunOptions, SplitOptions, PipelineOptions, MeshOptions, BucketOptions, DDPOptions,
+OPTION_GROUPS: tuple[type[OptionGroup], ...] = (RunOptions, SplitOptions, PipelineOptions, MeshOptions, BucketOptions,
+                                                DDPOptions,
                                    FSDPOptions)
 """Every group, in the order of the table above."""
 
-Group = TypeVar("Group", bound="DataclassInstance")
+Group = TypeVar("Group", bound="OptionGroup")
 
 
 class OptionSource(Protocol):
     """Anything that can hand out option groups (bench's RunConfig, a test's own)."""
 
     def group(self, cls: type[Group]) -> Group: ...
-
-
-def group_of(source: object, cls: type[Group]) -> Group:
-    """``cls`` filled from the same-named attributes of ``source`` (a flat config holding every group)."""
-    return cls(**{f.name: getattr(source, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,8 @@ def test_gloo_for_pipeline_sends_of_cuda_tensors_is_refused_before_launch(strate
     from strategies import ConfigError, build_strategy
     from strategies.options import ModelFacts
 
-    config = RunConfig(strategy=strategy, model="mlp", preset="tiny", devices=4, batch_size=8, microbatches=2,
+    config = RunConfig.from_flags(strategy=strategy, model="mlp", preset="tiny", devices=4, batch_size=8,
+                                  microbatches=2,
                        accelerator="cuda", backend="gloo")
     with pytest.raises(ConfigError, match="need the nccl backend: gloo cannot send CUDA tensors point to point"):
         build_strategy(strategy, config).validate(ModelFacts(blocks=5, gpus=4))
@@ -119,7 +120,7 @@ def test_an_existing_results_file_is_checked_without_being_changed(tmp_path: Pat
 
     results = tmp_path / "kept.jsonl"
     results.write_text('{"kept": true}\n')
-    resolve(RunConfig(preset="tiny", out=str(results)))
+    resolve(RunConfig.from_flags(preset="tiny", out=str(results)))
     assert results.read_text() == '{"kept": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl"]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from tests.helpers.cli import run_in_process
 from tests.helpers.equivalence import ATOL, RTOL
 from tests.helpers.ranks import run_ranks_sequence
 
-BASE = RunConfig(model="mlp", preset="tiny", norm="group", batch_size=8, steps=2, warmup=0)
+BASE = RunConfig.from_flags(model="mlp", preset="tiny", norm="group", batch_size=8, steps=2, warmup=0)
 
 
 def test_round_trip_and_the_clear_errors(tmp_path: Path) -> None:
@@ -52,7 +51,7 @@ def test_a_bad_checkpoint_is_refused_before_the_run(tmp_path: Path, capsys: pyte
 
 def _saved(config: RunConfig, path: Path) -> RunConfig:
     """``config`` saving to ``path``, with only the options its strategy reads (mp and pp take BASE's micro-batches)."""
-    saving = dataclasses.replace(config, save_checkpoint=str(path), out=str(path.with_suffix(".jsonl")))
+    saving = config.with_flags(save_checkpoint=str(path), out=str(path.with_suffix(".jsonl")))
     return resolve(unread_groups_reset(saving))
 
 
@@ -62,12 +61,12 @@ def test_saved_under_one_strategy_loaded_under_every_other(tmp_path: Path) -> No
     # every continuation must equal single's continuation, and differ from a fresh start.
     start = tmp_path / "start.pt"
     train(_saved(BASE, start))
-    resumed = dataclasses.replace(BASE, load_checkpoint=str(start))
-    resumed = dataclasses.replace(resumed, microbatches=4)  # for mp and pp; _saved drops it for the others
-    in_process = {name: _saved(dataclasses.replace(resumed, strategy=name, devices=n), tmp_path / f"{name}.pt")
+    resumed = BASE.with_flags(load_checkpoint=str(start))
+    resumed = resumed.with_flags(microbatches=4)  # for mp and pp; _saved drops it for the others
+    in_process = {name: _saved(resumed.with_flags(strategy=name, devices=n), tmp_path / f"{name}.pt")
                   for name, n in (("single", 1), ("mp", 2), ("dp", 2))}
     losses = {name: global_losses(train(config).ranks) for name, config in in_process.items()}
-    per_device = {name: _saved(dataclasses.replace(resumed, strategy=name, devices=2), tmp_path / f"{name}.pt")
+    per_device = {name: _saved(resumed.with_flags(strategy=name, devices=2), tmp_path / f"{name}.pt")
                   for name in ("ddp", "pp", "zero1", "fsdp", "tp")}
     for name, results in zip(per_device, run_ranks_sequence(list(per_device.values()), 2, tmp_path), strict=True):
         losses[name] = global_losses(results[0].ranks)
@@ -79,5 +78,5 @@ def test_saved_under_one_strategy_loaded_under_every_other(tmp_path: Path) -> No
         for key, value in want.items():
             torch.testing.assert_close(got[key], value, rtol=RTOL, atol=ATOL, msg=f"{name} {key}")
         torch.testing.assert_close(torch.tensor(losses[name]), torch.tensor(losses["single"]), rtol=RTOL, atol=ATOL)
-    fresh = global_losses(train(resolve(dataclasses.replace(BASE, out=str(tmp_path / "f.jsonl")))).ranks)
+    fresh = global_losses(train(resolve(BASE.with_flags(out=str(tmp_path / "f.jsonl")))).ranks)
     assert losses["single"][0] != fresh[0]  # the load really happened

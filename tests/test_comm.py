@@ -34,7 +34,8 @@ def test_the_mean_over_ranks_leaves_out_ranks_that_did_not_count() -> None:
 @pytest.mark.distributed
 def test_ddp_sends_its_gradients_once_and_zero3_gathers_twice_and_scatters_once(tmp_path: Path) -> None:
     def config(strategy: str, **kw: object) -> RunConfig:
-        return resolve(RunConfig(strategy=strategy, devices=2, model="mlp", preset="tiny", norm="group", steps=1,
+        return resolve(RunConfig.from_flags(strategy=strategy, devices=2, model="mlp", preset="tiny", norm="group",
+                                            steps=1,
                                  warmup=2, accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
 
     ddp, fsdp = run_ranks_sequence([config("ddp"), config("fsdp")], 2, tmp_path)

@@ -9,6 +9,7 @@ import pytest
 
 import bench.cli
 import bench.harness.config
+from bench.harness.cli_args import flag_fields
 from bench.harness.config import RunConfig, from_json, resolve, to_json, unread_groups_reset
 from bench.harness.launch import RESOLVED_CONFIG_VARIABLE
 from strategies import STRATEGIES, ConfigError, build_strategy, readers
@@ -17,13 +18,18 @@ from strategies.options import OPTION_GROUPS, DDPOptions, FSDPOptions, PipelineO
 GROUP_FIELDS = {f.name for group in OPTION_GROUPS for f in dataclasses.fields(group)}
 
 
-def test_every_group_field_is_one_flat_field_of_the_run_config() -> None:
-    fields = [f.name for f in dataclasses.fields(RunConfig)]
-    assert len(fields) == len(set(fields)) and set(fields) >= GROUP_FIELDS
+def test_every_group_is_a_section_of_the_run_config_under_its_key_and_each_field_one_flag() -> None:
+    config = RunConfig.from_flags(microbatches=8, schedule="1f1b", model="mlp")
+    assert all(config.group(group) == getattr(config, group.key) for group in OPTION_GROUPS)
+    assert config.split.microbatches == 8 and config.pipeline.schedule == "1f1b" and config.workload.model == "mlp"
+    flags = [f.name for f in flag_fields(RunConfig)]
+    assert len(flags) == len(set(flags)) and set(flags) >= GROUP_FIELDS and list(config.as_dict()) == flags
+    with pytest.raises(TypeError, match="no flag microbatch"):
+        config.with_flags(microbatch=4)
 
 
 def test_a_strategy_receives_exactly_the_groups_it_reads() -> None:
-    config = RunConfig(strategy="pp", devices=2, microbatches=4, schedule="1f1b")
+    config = RunConfig.from_flags(strategy="pp", devices=2, microbatches=4, schedule="1f1b")
     pp = build_strategy("pp", config)
     assert pp.run == config.group(RunOptions)
     assert pp.split == SplitOptions(microbatches=4) and pp.pipeline == PipelineOptions(schedule="1f1b")
@@ -43,7 +49,7 @@ def test_a_strategy_receives_exactly_the_groups_it_reads() -> None:
 def test_a_flag_of_a_group_the_strategy_does_not_read_is_refused_naming_who_reads_it(
     changes: dict, message: str, tmp_path: Path
 ) -> None:
-    config = RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "r.jsonl"), **changes)
+    config = RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "r.jsonl"), **changes)
     with pytest.raises(ConfigError) as refused:
         resolve(config)
     assert str(refused.value) == message
@@ -56,20 +62,21 @@ def test_readers_follow_the_declarations() -> None:
 
 
 def test_unread_groups_go_back_to_their_defaults() -> None:
-    config = RunConfig(strategy="ddp", devices=2, microbatches=4, schedule="1f1b", bucket_cap_mb=50.0)
+    config = RunConfig.from_flags(strategy="ddp", devices=2, microbatches=4, schedule="1f1b", bucket_cap_mb=50.0)
     reset = unread_groups_reset(config)
-    assert (reset.microbatches, reset.schedule, reset.bucket_cap_mb, reset.devices) == (1, "gpipe", 50.0, 2)
+    assert reset.split.microbatches == 1 and reset.pipeline.schedule == "gpipe"
+    assert reset.buckets.bucket_cap_mb == 50.0 and reset.run.devices == 2
 
 
 def test_the_resolved_config_survives_json() -> None:
-    config = resolve(RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, microbatches=4))
+    config = resolve(RunConfig.from_flags(strategy="pp", model="mlp", preset="tiny", devices=2, microbatches=4))
     assert from_json(to_json(config)) == config
 
 
 def test_a_torchrun_worker_takes_its_launchers_resolved_config_without_validating_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    config = resolve(RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, microbatches=4))
+    config = resolve(RunConfig.from_flags(strategy="pp", model="mlp", preset="tiny", devices=2, microbatches=4))
     args = bench.cli.build_parser().parse_args(["run", "--strategy", "pp", "--devices", "2"])
     monkeypatch.setattr(bench.cli, "resolve", lambda _: pytest.fail("a worker validated its command line again"))
     monkeypatch.setenv(RESOLVED_CONFIG_VARIABLE, to_json(config))
@@ -93,10 +100,10 @@ def test_deterministic_is_refused_on_cuda_for_a_model_torch_would_raise_on(
 ) -> None:
     # The device kind faked: resolve reads the GPUs present through gpus_available, and builds nothing on them.
     monkeypatch.setattr(bench.harness.config, "gpus_available", lambda: 1)
-    config = RunConfig(model=model, preset="tiny", deterministic=True, accelerator=accelerator,
-                       precision="fp32", out=str(tmp_path / "r.jsonl"))
+    config = RunConfig.from_flags(model=model, preset="tiny", deterministic=True, accelerator=accelerator,
+                                  precision="fp32", out=str(tmp_path / "r.jsonl"))
     if not refused:
-        assert resolve(config).deterministic
+        assert resolve(config).knobs.deterministic
         return
     with pytest.raises(ConfigError) as refusal:
         resolve(config)
@@ -107,8 +114,9 @@ def test_deterministic_is_refused_on_cuda_for_a_model_torch_would_raise_on(
 
 def test_the_cnn_without_deterministic_resolves_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench.harness.config, "gpus_available", lambda: 1)
-    config = resolve(RunConfig(model="cnn", preset="tiny", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
-    assert (config.accelerator, config.precision, config.channels_last) == ("cuda", "bf16", True)
+    config = resolve(RunConfig.from_flags(model="cnn", preset="tiny", accelerator="cuda",
+                                          out=str(tmp_path / "r.jsonl")))
+    assert (config.run.accelerator, config.run.precision, config.knobs.channels_last) == ("cuda", "bf16", True)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -125,10 +133,11 @@ def test_sync_batchnorm_runs_only_where_it_synchronises_something(
 ) -> None:
     # Before: mlp, group norm and one replica were accepted and recorded as synchronised, with nothing to sync.
     monkeypatch.setattr(bench.harness.config, "gpus_available", lambda: 2)
-    config = RunConfig(**{"strategy": "ddp", "model": "cnn", "preset": "tiny", "devices": 2, "accelerator": "cuda",
-                          "sync_batchnorm": True, "out": str(tmp_path / "r.jsonl"), **changes})
+    config = RunConfig.from_flags(**{"strategy": "ddp", "model": "cnn", "preset": "tiny", "devices": 2,
+                                  "accelerator": "cuda",
+                       "sync_batchnorm": True, "out": str(tmp_path / "r.jsonl"), **changes})
     if message is None:
-        assert resolve(config).sync_batchnorm
+        assert resolve(config).ddp.sync_batchnorm
         return
     with pytest.raises(ConfigError) as refusal:
         resolve(config)

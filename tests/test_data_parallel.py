@@ -14,12 +14,13 @@ import models
 from bench.harness.config import RunConfig, resolve
 from bench.harness.runner import global_losses, train
 from strategies.data_parallel import DataParallelStrategy, apply_data_parallel, flatten_rnn_weights
+from strategies.options import RunOptions
 from tests.helpers.equivalence import assert_matches_reference, reference
 
 
 def _config(tmp_path: Path, **kw: object) -> RunConfig:
     base = {"strategy": "dp", "devices": 2, "preset": "tiny", "steps": 2, "warmup": 1, "accelerator": "cpu"}
-    return resolve(RunConfig(**{**base, "out": str(tmp_path / "r.jsonl"), **kw}))
+    return resolve(RunConfig.from_flags(**{**base, "out": str(tmp_path / "r.jsonl"), **kw}))
 
 
 @pytest.mark.parametrize(("model", "norm"),
@@ -52,7 +53,7 @@ def test_cpu_run_is_recorded_as_one_emulated_device(tmp_path: Path, caplog: pyte
 def test_model_state_has_no_module_prefix_and_loads_both_ways() -> None:
     torch.manual_seed(0)
     spec = models.build_model("mlp", "tiny")
-    strategy = DataParallelStrategy(RunConfig(strategy="dp", devices=2, batch_size=8, accelerator="cpu"))
+    strategy = DataParallelStrategy(RunOptions(devices=2, batch_size=8, accelerator="cpu"))
     wrapped = strategy.prepare(spec, strategy.local_topology())
     assert isinstance(wrapped, nn.DataParallel)
     state = strategy.model_state(wrapped)

@@ -24,7 +24,8 @@ from tests.helpers.ranks import merged_state, run_ranks, run_ranks_sequence
 
 
 def _config(tmp_path: Path, model: str, norm: str = "group", **kw: object) -> RunConfig:
-    return resolve(RunConfig(strategy="ddp", devices=2, model=model, preset="tiny", norm=norm, steps=2, warmup=1,
+    return resolve(RunConfig.from_flags(strategy="ddp", devices=2, model=model, preset="tiny", norm=norm, steps=2,
+                                        warmup=1,
                              accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
 
 
@@ -135,9 +136,9 @@ def test_many_nodes_count_gpus_per_node(monkeypatch: pytest.MonkeyPatch, tmp_pat
     for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr("bench.harness.config.gpus_available", lambda: 2)
-    config = resolve(RunConfig(strategy="ddp", devices=4, batch_size=8, model="mlp", preset="tiny",
-                               accelerator="cuda", out=str(tmp_path / "r.jsonl")))
-    assert config.devices == 4
+    config = resolve(RunConfig.from_flags(strategy="ddp", devices=4, batch_size=8, model="mlp", preset="tiny",
+                                          accelerator="cuda", out=str(tmp_path / "r.jsonl")))
+    assert config.run.devices == 4
 
 
 # --- end to end under torchrun --------------------------------------------------------------
@@ -184,7 +185,7 @@ def test_a_crashing_rank_ends_the_whole_run_with_its_error(crashing_ddp_run: Ben
 def test_record_fields_are_json_clean() -> None:
     from strategies import build_strategy
 
-    strategy = build_strategy("ddp", RunConfig(strategy="ddp", devices=2, batch_size=8))
+    strategy = build_strategy("ddp", RunConfig.from_flags(strategy="ddp", devices=2, batch_size=8))
     rank = strategy.rank_fields(torch.nn.Linear(1, 1), Topology(devices=(torch.device("cpu"),)))
     fields = json.loads(json.dumps(strategy.record_fields(torch.nn.Linear(1, 1), [rank, rank])))
     assert fields["per_rank_batch_size"] == 4 and fields["bucket_cap_mb"] == 25.0

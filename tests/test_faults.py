@@ -124,5 +124,5 @@ def test_benchmarks_default_to_no_restarts() -> None:
     from bench.harness.config import RunConfig
     from bench.harness.launch import torchrun_command
 
-    assert RunConfig().max_restarts == 0
+    assert RunConfig().measure.max_restarts == 0
     assert "--max-restarts=0" in torchrun_command(2, ["run"])

@@ -55,16 +55,16 @@ def test_a_ratio_is_met_within_its_tolerance_on_either_side() -> None:
 
 
 def test_the_fsdp_comparison_runs_fsdp_on_2_processes_with_sgd_and_keeps_the_resharding(tmp_path: Path) -> None:
-    config = resolve(RunConfig(model="mlp", preset="tiny", batch_size=8, accelerator="cpu",
-                               out=str(tmp_path / "f.jsonl")))
-    fsdp = fsdp_fidelity_config(dataclasses.replace(config, optimizer="adam", lr=0.5))
+    config = resolve(RunConfig.from_flags(model="mlp", preset="tiny", batch_size=8, accelerator="cpu",
+                                          out=str(tmp_path / "f.jsonl")))
+    fsdp = fsdp_fidelity_config(config.with_flags(optimizer="adam", lr=0.5))
     assert fsdp is not None
-    assert (fsdp.strategy, fsdp.devices, fsdp.optimizer, fsdp.lr) == ("fsdp", 2, "sgd", 0.01)
-    assert (fsdp.batch_size, fsdp.model, fsdp.reshard_after_forward) == (8, "mlp", True)
-    zero2 = fsdp_fidelity_config(dataclasses.replace(config, reshard_after_forward=False))
-    assert zero2 is not None and zero2.reshard_after_forward is False
+    assert (fsdp.strategy, fsdp.run.devices, fsdp.workload.optimizer, fsdp.workload.lr) == ("fsdp", 2, "sgd", 0.01)
+    assert (fsdp.run.batch_size, fsdp.workload.model, fsdp.fsdp.reshard_after_forward) == (8, "mlp", True)
+    zero2 = fsdp_fidelity_config(config.with_flags(reshard_after_forward=False))
+    assert zero2 is not None and zero2.fsdp.reshard_after_forward is False
     with pytest.raises(ConfigError, match="not divisible"):
-        fsdp_fidelity_config(dataclasses.replace(config, batch_size=7))
+        fsdp_fidelity_config(config.with_flags(batch_size=7))
 
 
 @pytest.mark.parametrize("reshard", [True, False])
@@ -78,8 +78,9 @@ def test_the_fsdp_comparison_gives_the_plain_script_the_same_resharding_and_repo
         return [[0.010], [0.030], [0.011]], [[0.012], [0.010], [0.050]]
 
     monkeypatch.setattr(loops, "_side_by_side", side_by_side)
-    config = resolve(RunConfig(strategy="fsdp", devices=2, model="mlp", preset="tiny", batch_size=8,
-                               accelerator="cpu", reshard_after_forward=reshard, out=str(tmp_path / "f.jsonl")))
+    config = resolve(RunConfig.from_flags(strategy="fsdp", devices=2, model="mlp", preset="tiny", batch_size=8,
+                                          accelerator="cpu", reshard_after_forward=reshard,
+                                          out=str(tmp_path / "f.jsonl")))
     result = fsdp_vs_plain_fsdp(config, rounds=3)
     ((given, rounds, script),) = handed
     assert given is config and rounds == 3
@@ -141,7 +142,7 @@ def test_the_bubble_is_checked_only_where_m_is_at_least_4p_with_the_median_over_
 
 
 def test_a_fidelity_record_names_its_figures_units_and_verdict(tmp_path: Path) -> None:
-    config = RunConfig(model="mlp", preset="tiny", steps=2, warmup=1)
+    config = RunConfig.from_flags(model="mlp", preset="tiny", steps=2, warmup=1)
     path = tmp_path / "fidelity.jsonl"
     for result in (single(103.0, 100.0), speedup(8, 100.0, 160.0), BubbleCheck("b", CPU2, "1f1b", 8, 0.2, 0.1, 9.0)):
         append_record(path, fidelity_record(result, config, rounds=3, env=ENV))
@@ -180,7 +181,7 @@ def test_an_older_record_without_its_figure_text_shows_its_figures_by_name(tmp_p
 
 @pytest.fixture
 def fidelity_file(tmp_path: Path) -> Path:
-    config = RunConfig(model="mlp", preset="tiny")
+    config = RunConfig.from_flags(model="mlp", preset="tiny")
     on_all_cores = dataclasses.replace(speedup(8, 100.0, 90.0, target=None), name="pp vs mp, 2 stages, M=8, all cores")
     results = [single(101.0, 100.0), speedup(8, 100.0, 150.0), on_all_cores,
                BubbleCheck("pp bubble, 2 stages, M=8, gpipe", CPU2, "gpipe", 8, 0.14, 1 / 9, 100.0)]
@@ -324,7 +325,8 @@ def test_the_command_prints_each_result_and_appends_its_record(
     assert printed[-4] == fsdp.line() and printed[-5] == ddp.line()
     assert printed[-1] == f"fidelity: 3 of 5 targets met  -> {out}"
     ((config, rounds),) = given  # the fsdp side's configuration, as fsdp_fidelity_config makes it
-    assert (config.strategy, config.devices, config.optimizer, config.lr, rounds) == ("fsdp", 2, "sgd", 0.01, 2)
+    assert (config.strategy, config.run.devices, rounds) == ("fsdp", 2, 2)
+    assert (config.workload.optimizer, config.workload.lr) == ("sgd", 0.01)
     records, _ = read_records(out)
     assert [r["comparison"] for r in records] == [
         "single-vs-plain-loop", "ddp-vs-plain-ddp", "fsdp-vs-plain-fsdp", "pp-vs-mp", "pp-bubble"]

@@ -46,8 +46,8 @@ def test_single_vs_plain_loop_meets_its_target_on_equal_work_only(
 
     monkeypatch.setattr(loops, "plain_step_times", baseline)
     # Five timed steps where the ratio must land within 2%, three where it must miss by 2x.
-    config = resolve(RunConfig(model="tests.faulty_models:sleeping", preset="tiny", batch_size=BATCH,
-                               steps=5 if work == 1.0 else 3, warmup=1, out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(model="tests.faulty_models:sleeping", preset="tiny", batch_size=BATCH,
+                                          steps=5 if work == 1.0 else 3, warmup=1, out=str(tmp_path / "r.jsonl")))
     comparison = loops.single_vs_plain_loop(config, rounds=1)
     assert comparison.target == "within 2%"
     assert comparison.suite_ms >= BATCH * SLEEP_MS_PER_SAMPLE  # the sleep is inside the suite's clock ...
@@ -63,8 +63,9 @@ def test_ddp_vs_plain_ddp_meets_its_target_on_equal_work_only(
 ) -> None:
     if double:  # the ranks unpickle the script by name: it lives in tests/helpers
         monkeypatch.setattr(loops, "plain_ddp_step_times", plain_ddp_double_work)
-    config = loops.ddp_fidelity_config(RunConfig(model="tests.faulty_models:sleeping", preset="tiny",
-                                                 batch_size=BATCH, steps=5, warmup=1, out=str(tmp_path / "r.jsonl")))
+    config = loops.ddp_fidelity_config(RunConfig.from_flags(model="tests.faulty_models:sleeping", preset="tiny",
+                                                            batch_size=BATCH, steps=5, warmup=1,
+                                                            out=str(tmp_path / "r.jsonl")))
     assert config is not None
     comparison = loops.ddp_vs_plain_ddp(config, rounds=3)  # the median of 3: one round missed 3% once in 3
     assert comparison.target == "within 3%"

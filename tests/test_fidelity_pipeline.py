@@ -55,7 +55,7 @@ def faked_rounds(monkeypatch: pytest.MonkeyPatch) -> tuple[_Context, list[tuple[
 
     def mp_step_times(config: RunConfig, threads: int) -> list[float]:
         assert config.strategy == "mp"
-        mp_runs.append((config.microbatches, config.preset, threads))
+        mp_runs.append((config.split.microbatches, config.workload.preset, threads))
         return [60.0, 60.0]
 
     monkeypatch.setattr(pipeline, "rank_context", lambda: context)
@@ -67,11 +67,11 @@ def faked_rounds(monkeypatch: pytest.MonkeyPatch) -> tuple[_Context, list[tuple[
 def test_on_cuda_pp_is_held_against_mp_on_one_microbatch(faked_rounds: tuple[_Context, list]) -> None:
     # Before: mp ran with pp's M micro-batches, which CUDA's asynchronous launches already overlap.
     context, mp_runs = faked_rounds
-    speedups, _ = pipeline.pp_vs_mp(RunConfig(accelerator="cuda"), rounds=1, microbatches=(4, 8))
+    speedups, _ = pipeline.pp_vs_mp(RunConfig.from_flags(accelerator="cuda"), rounds=1, microbatches=(4, 8))
     assert sorted({m for m, _, _ in mp_runs}) == [1]
     assert {preset for _, preset, _ in mp_runs} == {"large"}
-    assert sorted(c.microbatches for c in context.sent) == [4, 4, 8, 8]  # each of the 2 pp ranks, each M
-    assert {(c.strategy, c.preset, c.batch_size) for c in context.sent} == {("pp", "large", 1024)}
+    assert sorted(c.split.microbatches for c in context.sent) == [4, 4, 8, 8]  # each of the 2 pp ranks, each M
+    assert {(c.strategy, c.workload.preset, c.run.batch_size) for c in context.sent} == {("pp", "large", 1024)}
     assert [s.microbatches for s in speedups] == [4, 8]  # one mp side: threads do not time a GPU
     record = speedups[0].record_fields()
     assert (record["mp_microbatches"], record["speedup"], record["target"]) == (1, 1.5, "at least 85% of ideal")
@@ -80,10 +80,10 @@ def test_on_cuda_pp_is_held_against_mp_on_one_microbatch(faked_rounds: tuple[_Co
 
 def test_on_cpus_mp_feeds_pps_microbatches_on_both_thread_counts(faked_rounds: tuple[_Context, list]) -> None:
     context, mp_runs = faked_rounds
-    speedups, _ = pipeline.pp_vs_mp(RunConfig(accelerator="cpu"), rounds=1, microbatches=(4, 8))
+    speedups, _ = pipeline.pp_vs_mp(RunConfig.from_flags(accelerator="cpu"), rounds=1, microbatches=(4, 8))
     assert sorted({m for m, _, _ in mp_runs}) == [4, 8] and {p for _, p, _ in mp_runs} == {"small"}
     assert len(mp_runs) == 4  # M=4 and 8, on one pp rank's threads and on all of them
-    assert {(c.preset, c.batch_size) for c in context.sent} == {("small", 256)}
+    assert {(c.workload.preset, c.run.batch_size) for c in context.sent} == {("small", 256)}
     assert [(s.microbatches, s.record_fields()["mp_microbatches"], s.target_share) for s in speedups] == [
         (4, 4, 0.85), (4, 4, None), (8, 8, 0.85), (8, 8, None)]
 
@@ -91,6 +91,6 @@ def test_on_cpus_mp_feeds_pps_microbatches_on_both_thread_counts(faked_rounds: t
 @pytest.mark.parametrize(("accelerator", "pp_m", "mp_m"),
                          [("cuda", 4, 1), ("cuda", 8, 1), ("cpu", 4, 4), ("cpu", 8, 8)])
 def test_the_sides_micro_batches(accelerator: str, pp_m: int, mp_m: int) -> None:
-    base = pipeline.pipeline_config(RunConfig(accelerator=accelerator))
-    assert pipeline.side_config(base, "pp", pp_m).microbatches == pp_m
-    assert pipeline.side_config(base, "mp", pp_m).microbatches == mp_m
+    base = pipeline.pipeline_config(RunConfig.from_flags(accelerator=accelerator))
+    assert pipeline.side_config(base, "pp", pp_m).split.microbatches == pp_m
+    assert pipeline.side_config(base, "mp", pp_m).split.microbatches == mp_m

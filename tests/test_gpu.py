@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -38,18 +37,19 @@ def test_a_gpu_run_records_the_allocator_peak_and_mfu(tmp_path: Path) -> None:
 
 @needs_gpu
 def test_single_on_the_gpu_trains_like_single_on_the_cpu(tmp_path: Path) -> None:
-    config = RunConfig(model="mlp", preset="tiny", steps=3, warmup=0, precision="fp32", out=str(tmp_path / "r.jsonl"))
-    cpu = global_losses(train(resolve(dataclasses.replace(config, accelerator="cpu"))).ranks)
-    gpu = global_losses(train(resolve(dataclasses.replace(config, accelerator="cuda"))).ranks)
+    config = RunConfig.from_flags(model="mlp", preset="tiny", steps=3, warmup=0, precision="fp32",
+                                  out=str(tmp_path / "r.jsonl"))
+    cpu = global_losses(train(resolve(config.with_flags(accelerator="cpu"))).ranks)
+    gpu = global_losses(train(resolve(config.with_flags(accelerator="cuda"))).ranks)
     torch.testing.assert_close(torch.tensor(gpu), torch.tensor(cpu), rtol=1e-4, atol=1e-5)
 
 
 @needs_2_gpus
 @pytest.mark.parametrize("microbatches", [1, 4])
 def test_mp_across_two_gpus_trains_like_one(microbatches: int, tmp_path: Path) -> None:
-    config = resolve(RunConfig(strategy="mp", model="cnn", preset="tiny", norm="group", devices=2, steps=3,
-                               warmup=0, microbatches=microbatches, accelerator="cuda", precision="fp32",
-                               out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(strategy="mp", model="cnn", preset="tiny", norm="group", devices=2, steps=3,
+                                          warmup=0, microbatches=microbatches, accelerator="cuda", precision="fp32",
+                                          out=str(tmp_path / "r.jsonl")))
     result = train(config, capture_state=True)
     assert_matches_reference(global_losses(result.ranks), result.model_state, reference(config))
 
@@ -68,10 +68,10 @@ def test_multi_gpu_strategies_run_end_to_end(strategy: str, tmp_path: Path) -> N
 
 @needs_gpu
 def test_gpu_defaults_are_bf16_and_channels_last_for_the_cnn(tmp_path: Path) -> None:
-    cnn = resolve(RunConfig(model="cnn", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
-    mlp = resolve(RunConfig(model="mlp", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
-    assert (cnn.precision, cnn.channels_last) == ("bf16", True)
-    assert (mlp.precision, mlp.channels_last) == ("bf16", False)
+    cnn = resolve(RunConfig.from_flags(model="cnn", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
+    mlp = resolve(RunConfig.from_flags(model="mlp", accelerator="cuda", out=str(tmp_path / "r.jsonl")))
+    assert (cnn.run.precision, cnn.knobs.channels_last) == ("bf16", True)
+    assert (mlp.run.precision, mlp.knobs.channels_last) == ("bf16", False)
 
 
 @needs_gpu
@@ -82,10 +82,10 @@ def test_gpu_defaults_are_bf16_and_channels_last_for_the_cnn(tmp_path: Path) -> 
     ids=["tf32", "bf16-channels-last", "fp16", "compile", "activation-checkpointing"],
 )
 def test_training_knobs_run_on_the_gpu_near_fp32(knobs: dict, tmp_path: Path) -> None:
-    config = RunConfig(model="cnn", norm="group", preset="tiny", steps=3, warmup=1, accelerator="cuda",
-                       precision="fp32", channels_last=False, out=str(tmp_path / "r.jsonl"))
+    config = RunConfig.from_flags(model="cnn", norm="group", preset="tiny", steps=3, warmup=1, accelerator="cuda",
+                                  precision="fp32", channels_last=False, out=str(tmp_path / "r.jsonl"))
     fp32 = global_losses(train(resolve(config)).ranks)
-    losses = global_losses(train(resolve(dataclasses.replace(config, **knobs))).ranks)
+    losses = global_losses(train(resolve(config.with_flags(**knobs))).ranks)
     assert all(torch.isfinite(torch.tensor(losses)))
     # The first loss comes before any update (and before fp16's scaler can skip one): bf16's tolerance at worst.
     torch.testing.assert_close(torch.tensor(losses[:1]), torch.tensor(fp32[:1]), rtol=5e-2, atol=0.0)
@@ -95,8 +95,8 @@ def test_training_knobs_run_on_the_gpu_near_fp32(knobs: dict, tmp_path: Path) ->
 def test_sync_batchnorm_makes_ddp_on_the_cnn_train_like_one_device_on_the_global_batch(tmp_path: Path) -> None:
     # Each replica's BatchNorm sees half the batch; synchronised, its statistics are the global batch's, as
     # single's are. Without --sync-batchnorm the same comparison must fail, or it would prove nothing.
-    config = RunConfig(model="cnn", preset="tiny", norm="batch", steps=3, warmup=1, accelerator="cuda",
-                       precision="fp32", channels_last=False, batch_size=16, out=str(tmp_path / "r.jsonl"))
+    config = RunConfig.from_flags(model="cnn", preset="tiny", norm="batch", steps=3, warmup=1, accelerator="cuda",
+                                  precision="fp32", channels_last=False, batch_size=16, out=str(tmp_path / "r.jsonl"))
     want_losses, want = reference(resolve(config))
     distances = {}
     for sync in (True, False):
@@ -122,7 +122,8 @@ def test_deterministic_cnn_is_refused_on_the_gpu_in_one_line_and_the_mlp_reruns_
                         "--out", str(out))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "AdaptiveAvgPool2d" in refused.stderr and not out.exists()
-    config = resolve(RunConfig(model="mlp", preset="tiny", steps=3, warmup=1, accelerator="cuda", deterministic=True,
+    config = resolve(RunConfig.from_flags(model="mlp", preset="tiny", steps=3, warmup=1, accelerator="cuda",
+                                          deterministic=True,
                                out=str(out)))
     first, second = (global_losses(train(config).ranks) for _ in range(2))
     assert first == second

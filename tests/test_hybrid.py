@@ -7,7 +7,6 @@ seconds, a tiny run a fraction of one.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,19 @@ from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 # --- 2 x 2 on 4 gloo ranks against single -----------------------------------------------------
 
-BASE = RunConfig(strategy="hybrid", model="mlp", preset="tiny", devices=4, dp=2, pp=2, steps=3, warmup=1,
-                 microbatches=2)
+BASE = RunConfig.from_flags(strategy="hybrid", model="mlp", preset="tiny", devices=4, dp=2, pp=2, steps=3, warmup=1,
+                            microbatches=2)
 CONFIGS = {
     "mlp": BASE,
-    "cnn-group": dataclasses.replace(BASE, model="cnn", norm="group"),
-    "transformer": dataclasses.replace(BASE, model="transformer"),
+    "cnn-group": BASE.with_flags(model="cnn", norm="group"),
+    "transformer": BASE.with_flags(model="transformer"),
 }
 
 
 @pytest.fixture(scope="module")
 def hybrid_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[RunConfig, list]]:
     folder = tmp_path_factory.mktemp("hybrid")
-    configs = {k: resolve(dataclasses.replace(c, out=str(folder / "r.jsonl"))) for k, c in CONFIGS.items()}
+    configs = {k: resolve(c.with_flags(out=str(folder / "r.jsonl"))) for k, c in CONFIGS.items()}
     results = run_ranks_sequence(list(configs.values()), world_size=4, folder=folder, timeout_s=400)
     return {k: (c, r) for (k, c), r in zip(configs.items(), results, strict=True)}
 
@@ -73,16 +72,16 @@ def test_hybrid_2x2_trains_like_one_device(case: str, hybrid_runs: dict[str, tup
 
 # --- N-D meshes on 4 gloo ranks against single -----------------------------------------------
 
-ND = RunConfig(strategy="hybrid", model="transformer", preset="tiny", devices=4, steps=3, warmup=1)
+ND = RunConfig.from_flags(strategy="hybrid", model="transformer", preset="tiny", devices=4, steps=3, warmup=1)
 ND_CONFIGS = {
-    "dp_shard2-tp2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, tp=2),
-    "dp_shard2-tp2-transformer": dataclasses.replace(ND, dp_shard=2, tp=2),
-    "dp_shard2-pp2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, pp=2, microbatches=2),
-    "dp_shard2-pp2-transformer": dataclasses.replace(ND, dp_shard=2, pp=2, microbatches=2),
-    "dp_shard2-pp2-v2-mlp": dataclasses.replace(ND, model="mlp", dp_shard=2, pp=2, microbatches=2,
-                                                schedule="interleaved-1f1b", stages_per_rank=2),
-    "dp2-dp_shard2-transformer": dataclasses.replace(ND, dp=2, dp_shard=2),  # HSDP
-    "dp2-tp2-transformer": dataclasses.replace(ND, dp=2, tp=2),  # replicas of DTensors: HSDP with shards of 1
+    "dp_shard2-tp2-mlp": ND.with_flags(model="mlp", dp_shard=2, tp=2),
+    "dp_shard2-tp2-transformer": ND.with_flags(dp_shard=2, tp=2),
+    "dp_shard2-pp2-mlp": ND.with_flags(model="mlp", dp_shard=2, pp=2, microbatches=2),
+    "dp_shard2-pp2-transformer": ND.with_flags(dp_shard=2, pp=2, microbatches=2),
+    "dp_shard2-pp2-v2-mlp": ND.with_flags(model="mlp", dp_shard=2, pp=2, microbatches=2,
+                                          schedule="interleaved-1f1b", stages_per_rank=2),
+    "dp2-dp_shard2-transformer": ND.with_flags(dp=2, dp_shard=2),  # HSDP
+    "dp2-tp2-transformer": ND.with_flags(dp=2, tp=2),  # replicas of DTensors: HSDP with shards of 1
 }
 ND_FIELDS = {  # (mesh_dims, mesh, fsdp_dims)
     "dp_shard2-tp2": (["dp_shard", "tp"], [[0, 1], [2, 3]], ["dp_shard"]),
@@ -96,7 +95,7 @@ ND_FIELDS = {  # (mesh_dims, mesh, fsdp_dims)
 @pytest.fixture(scope="module")
 def nd_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[RunConfig, list]]:
     folder = tmp_path_factory.mktemp("nd")
-    configs = {k: resolve(dataclasses.replace(c, out=str(folder / "r.jsonl"))) for k, c in ND_CONFIGS.items()}
+    configs = {k: resolve(c.with_flags(out=str(folder / "r.jsonl"))) for k, c in ND_CONFIGS.items()}
     results = run_ranks_sequence(list(configs.values()), world_size=4, folder=folder, timeout_s=400)
     return {k: (c, r) for (k, c), r in zip(configs.items(), results, strict=True)}
 
@@ -110,19 +109,19 @@ def test_nd_mesh_trains_like_one_device(case: str, nd_runs: dict[str, tuple[RunC
     # Every rank's state is the whole model's (gathered from the shards), or its stage's whole blocks.
     assert_matches_reference(losses, merged_state(results), reference(config))
     fields = results[0].strategy_fields
-    degrees = (config.dp or 1, config.dp_shard or 1, config.pp or 1, config.tp or 1)
+    degrees = (config.mesh.dp or 1, config.mesh.dp_shard or 1, config.mesh.pp or 1, config.mesh.tp or 1)
     assert (fields["dp"], fields["dp_shard"], fields["pp"], fields["tp"]) == degrees
     assert (fields["mesh_dims"], fields["mesh"], fields["fsdp_dims"]) == ND_FIELDS[case.rsplit("-", 1)[0]]
     assert "grad_reduce_ms" not in fields and fields["parts"] == {}
     # Memory by kind where there is no pipeline: torch's FSDP-aware tracker (MemTracker cannot follow a pipeline).
     trackers = {d["tracker"] for stats in results[0].ranks for d in stats.memory_by_kind or []}
-    assert trackers == (set() if config.pp else {"FSDPMemTracker"})
+    assert trackers == (set() if config.mesh.pp else {"FSDPMemTracker"})
     per_rank = [stats.losses for stats in results[0].ranks]
-    if config.pp:  # each shard's last stage (ranks 1 and 3) reports, each on its own half of the batch
+    if config.mesh.pp:  # each shard's last stage (ranks 1 and 3) reports, each on its own half of the batch
         assert [all(loss is None for loss in r) for r in per_rank] == [True, False, True, False]
-        stages = [[0, 2], [1, 3]] if config.stages_per_rank == 2 else [[0], [1]]
+        stages = [[0, 2], [1, 3]] if config.pipeline.stages_per_rank == 2 else [[0], [1]]
         assert per_rank[1] != per_rank[3] and fields["stages_of_rank"] == stages * 2
-    elif config.tp:  # a shard's tp ranks (0 and 1; 2 and 3) see the same half of the batch
+    elif config.mesh.tp:  # a shard's tp ranks (0 and 1; 2 and 3) see the same half of the batch
         assert per_rank[0] == per_rank[1] and per_rank[2] == per_rank[3] and per_rank[0] != per_rank[2]
     else:  # HSDP: four shards of the batch
         assert len({tuple(r) for r in per_rank}) == 4
@@ -131,8 +130,8 @@ def test_nd_mesh_trains_like_one_device(case: str, nd_runs: dict[str, tuple[RunC
 @pytest.mark.distributed
 def test_dp_shard_x_tp_x_pp_on_8_ranks_trains_like_one_device(tmp_path: Path) -> None:
     # The one 8-rank run of the suite (about 25 s on 2 cores): FSDP and TP inside each pipeline stage.
-    config = resolve(dataclasses.replace(ND, devices=8, dp_shard=2, tp=2, pp=2, microbatches=2,
-                                         out=str(tmp_path / "r.jsonl")))
+    config = resolve(ND.with_flags(devices=8, dp_shard=2, tp=2, pp=2, microbatches=2,
+                                   out=str(tmp_path / "r.jsonl")))
     (results,) = run_ranks_sequence([config], world_size=8, folder=tmp_path, timeout_s=400)
     assert_matches_reference(global_losses(results[0].ranks), merged_state(results), reference(config))
     fields = results[0].strategy_fields

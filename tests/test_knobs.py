@@ -16,7 +16,6 @@ same stated tolerances.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def trained(config: RunConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
 
 
 def base(tmp_path: Path, **fields: object) -> RunConfig:
-    return RunConfig(preset="tiny", steps=3, warmup=1, out=str(tmp_path / "r.jsonl"), **fields)  # type: ignore[arg-type]
+    return RunConfig.from_flags(preset="tiny", steps=3, warmup=1, out=str(tmp_path / "r.jsonl"), **fields)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
@@ -60,7 +59,7 @@ def test_activation_checkpointing_changes_no_bit(model: str, tmp_path: Path) -> 
     # Group norm: BatchNorm would update its running statistics again in the recomputed forward.
     config = base(tmp_path, model=model, norm="group")
     plain_losses, plain_state = trained(config)
-    losses, state = trained(dataclasses.replace(config, activation_checkpointing=True))
+    losses, state = trained(config.with_flags(activation_checkpointing=True))
     assert losses == plain_losses
     assert state.keys() == plain_state.keys()  # the wrapper's prefix never reaches a checkpoint
     assert all(torch.equal(state[k], plain_state[k]) for k in state)
@@ -69,15 +68,15 @@ def test_activation_checkpointing_changes_no_bit(model: str, tmp_path: Path) -> 
 def test_channels_last_trains_like_contiguous_within_fp32_tolerance(tmp_path: Path) -> None:
     config = base(tmp_path, model="cnn", norm="group", channels_last=False)
     expected = trained(config)
-    assert_matches_reference(*trained(dataclasses.replace(config, channels_last=True)), expected)
+    assert_matches_reference(*trained(config.with_flags(channels_last=True)), expected)
 
 
 @pytest.mark.launches  # torch.compile may start a Python process to check a cached kernel loads (inductor)
 def test_compiled_and_checkpointed_mp_stages_train_like_one_plain_device(tmp_path: Path) -> None:
     config = base(tmp_path, model="mlp")
     expected = trained(config)
-    knobs = dataclasses.replace(config, strategy="mp", devices=2, microbatches=2, compile=True,
-                                activation_checkpointing=True)
+    knobs = config.with_flags(strategy="mp", devices=2, microbatches=2, compile=True,
+                              activation_checkpointing=True)
     assert_matches_reference(*trained(knobs), expected)
 
 
@@ -89,7 +88,7 @@ def assert_losses_close(losses: list[float], expected: list[float], rtol: float)
 def test_bf16_stays_within_its_stated_tolerance_of_fp32(strategy: str, devices: int, tmp_path: Path) -> None:
     config = base(tmp_path, model="cnn", norm="group", strategy=strategy, devices=devices, precision="fp32")
     fp32_losses, _ = trained(config)
-    losses, state = trained(dataclasses.replace(config, precision="bf16"))
+    losses, state = trained(config.with_flags(precision="bf16"))
     assert losses != fp32_losses  # autocast did act
     assert_losses_close(losses, fp32_losses, BF16_RTOL)
     assert all(v.dtype == torch.float32 for v in state.values() if v.is_floating_point())  # fp32 master weights
@@ -99,7 +98,7 @@ def test_bf16_stays_within_its_stated_tolerance_of_fp32(strategy: str, devices: 
 def test_mp_in_bf16_updates_the_parameters_as_single_in_bf16_does(model: str, tmp_path: Path) -> None:
     config = base(tmp_path, model=model, norm="group", precision="bf16", batch_size=8)
     expected_losses, expected = trained(config)
-    losses, state = trained(dataclasses.replace(config, strategy="mp", devices=2, microbatches=2))
+    losses, state = trained(config.with_flags(strategy="mp", devices=2, microbatches=2))
     assert_losses_close(losses, expected_losses, BF16_RTOL)
     assert update_error(state, expected, initial_state(resolve(config))) < BF16_UPDATE_RTOL
 
@@ -111,7 +110,7 @@ def test_the_bf16_check_fails_a_run_with_lr_near_zero_or_doubled_gradients(
     # SGD with momentum: doubling every gradient doubles every update, exactly as doubling lr (0.01) does.
     config = base(tmp_path, model="mlp", precision="bf16", batch_size=8)
     expected_losses, expected = trained(config)
-    losses, state = trained(dataclasses.replace(config, **changes))
+    losses, state = trained(config.with_flags(**changes))
     assert_losses_close(losses, expected_losses, BF16_RTOL)  # the losses alone do not see it ...
     assert update_error(state, expected, initial_state(resolve(config))) > BF16_UPDATE_RTOL, broken  # the update does
 
@@ -137,7 +136,7 @@ def _update_error_vs_fp32(config: RunConfig, precision: str) -> tuple[list[float
     """(fp32 losses, losses, update error against fp32, skipped steps) of ``config`` in ``precision``."""
     config = resolve(config)
     fp32 = train(config, capture_state=True)
-    lossy = train(dataclasses.replace(config, precision=precision), capture_state=True)
+    lossy = train(config.with_flags(precision=precision), capture_state=True)
     error = update_error(lossy.model_state, fp32.model_state, initial_state(config))
     return global_losses(fp32.ranks), global_losses(lossy.ranks), error, lossy.ranks[0].skipped_steps
 
@@ -175,14 +174,14 @@ def test_fp16_scales_the_loss_records_skipped_steps_and_keeps_fp32_weights(
 ) -> None:
     config = resolve(base(tmp_path, model="cnn", norm="group", strategy=strategy, devices=devices, precision="fp32"))
     fp32 = train(config)
-    result = train(dataclasses.replace(config, precision="fp16"), capture_state=True)
+    result = train(config.with_flags(precision="fp16"), capture_state=True)
     losses = global_losses(result.ranks)
     # The first loss comes before any update: fp16's forward alone, within its tolerance.
     assert_losses_close(losses[:1], global_losses(fp32.ranks)[:1], FP16_RTOL)
     assert all(torch.isfinite(torch.tensor(losses)))
     # The default initial scale, 2**16, overflows these gradients: the scaler skips the step and halves it.
     # ... and only while it finds its scale: a scaler skipping all 4 steps would train nothing.
-    assert 1 <= result.ranks[0].skipped_steps < config.warmup + config.steps
+    assert 1 <= result.ranks[0].skipped_steps < config.run.warmup + config.measure.steps
     assert all(v.dtype == torch.float32 for v in result.model_state.values() if v.is_floating_point())
 
 
@@ -192,14 +191,14 @@ def test_per_device_strategies_in_bf16_match_single_in_bf16_and_checkpointed_pp_
 ) -> None:
     config = base(tmp_path, model="mlp", precision="bf16", batch_size=8)
     expected_losses, expected = trained(config)
-    fp32 = dataclasses.replace(config, precision="fp32")
+    fp32 = config.with_flags(precision="fp32")
     fp32_expected = trained(fp32)
-    ddp = resolve(dataclasses.replace(config, strategy="ddp", devices=2))
-    pp = resolve(dataclasses.replace(config, strategy="pp", devices=2, microbatches=2))
-    checkpointed = resolve(dataclasses.replace(fp32, strategy="pp", devices=2, microbatches=2,
-                                               activation_checkpointing=True))
+    ddp = resolve(config.with_flags(strategy="ddp", devices=2))
+    pp = resolve(config.with_flags(strategy="pp", devices=2, microbatches=2))
+    checkpointed = resolve(fp32.with_flags(strategy="pp", devices=2, microbatches=2,
+                                           activation_checkpointing=True))
     # fsdp in bf16 is autocast like every other strategy (fp32 parameters and reduction): held to the same check.
-    sharded = [resolve(dataclasses.replace(config, strategy=name, devices=2)) for name in ("zero1", "fsdp", "tp")]
+    sharded = [resolve(config.with_flags(strategy=name, devices=2)) for name in ("zero1", "fsdp", "tp")]
     *bf16_runs, checkpointed_run = run_ranks_sequence([ddp, pp, *sharded, checkpointed], 2, tmp_path)
     assert bf16_runs[3][0].strategy_fields["mixed_precision"]["autocast_dtype"] == "bfloat16"
     initial = initial_state(resolve(config))

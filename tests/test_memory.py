@@ -20,8 +20,8 @@ def _bytes(model: str = "mlp") -> int:
 
 
 def _tracked(tmp_path: Path, **changes: object) -> list[dict]:
-    config = resolve(RunConfig(model="mlp", preset="tiny", steps=1, warmup=1, out=str(tmp_path / "r.jsonl"),
-                               **changes))
+    config = resolve(RunConfig.from_flags(model="mlp", preset="tiny", steps=1, warmup=1, out=str(tmp_path / "r.jsonl"),
+                                          **changes))
     ranks = train(config).ranks
     return [device for r in ranks for device in r.memory_by_kind]
 
@@ -54,14 +54,15 @@ def test_mp_stages_hold_the_model_between_them(tmp_path: Path) -> None:
 
 
 def test_micro_batched_mp_says_why_it_is_not_tracked(tmp_path: Path) -> None:
-    config = resolve(RunConfig(strategy="mp", devices=2, microbatches=2, batch_size=8, model="mlp", preset="tiny",
+    config = resolve(RunConfig.from_flags(strategy="mp", devices=2, microbatches=2, batch_size=8, model="mlp",
+                                          preset="tiny",
                                steps=1, warmup=1, out=str(tmp_path / "r.jsonl")))
     (rank,) = train(config).ranks
     assert rank.memory_by_kind is None and "once per micro-batch" in rank.memory_error
 
 
 def test_without_a_warm_up_step_nothing_is_tracked(tmp_path: Path) -> None:
-    config = resolve(RunConfig(model="mlp", preset="tiny", steps=1, warmup=0, out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(model="mlp", preset="tiny", steps=1, warmup=0, out=str(tmp_path / "r.jsonl")))
     assert train(config).ranks[0].memory_by_kind is None
 
 

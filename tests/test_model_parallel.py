@@ -27,7 +27,8 @@ CASES = [
 def test_mp_trains_like_one_device(
     model: str, norm: str, devices: int, microbatches: int, balance: str, tmp_path: Path
 ) -> None:
-    config = resolve(RunConfig(strategy="mp", model=model, preset="tiny", norm=norm, devices=devices, steps=3,
+    config = resolve(RunConfig.from_flags(strategy="mp", model=model, preset="tiny", norm=norm, devices=devices,
+                                          steps=3,
                                warmup=1, microbatches=microbatches, balance=balance,
                                out=str(tmp_path / "r.jsonl")))
     result = train(config, capture_state=True)
@@ -70,8 +71,8 @@ def test_balance_by_time_cuts_where_the_profiled_cost_says(tmp_path: Path, monke
         return [1.0, 1.0, 1.0, 5.0, 1.0]  # mlp tiny: 4 blocks and the head
 
     monkeypatch.setattr(stages_module, "profile_block_times", fake_profile)
-    config = resolve(RunConfig(strategy="mp", model="mlp", preset="tiny", devices=2, steps=1, warmup=0,
-                               microbatches=2, balance="time", out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(strategy="mp", model="mlp", preset="tiny", devices=2, steps=1, warmup=0,
+                                          microbatches=2, balance="time", out=str(tmp_path / "r.jsonl")))
     assert train(config).strategy_fields["balance"] == [3, 2]  # stage costs 3 and 6, the best max
     assert calls == [(5, (4, 32))]  # profiled once, on one micro-batch (8 / 2 samples)
 

@@ -7,7 +7,6 @@ costs seconds, a tiny run a fraction of one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -28,11 +27,11 @@ from tests.helpers.ranks import merged_state, run_ranks_sequence
 SCHEDULES = available_schedules()
 RUNNABLE = [name for name in SCHEDULES if torch_refusal(BY_NAME[name], "gloo") is None]
 """On torch 2.11 the V-shaped schedules are refused on gloo (strategies/pipeline.py says why)."""
-BASE = RunConfig(strategy="pp", model="mlp", preset="tiny", devices=2, steps=3, warmup=1, microbatches=4)
+BASE = RunConfig.from_flags(strategy="pp", model="mlp", preset="tiny", devices=2, steps=3, warmup=1, microbatches=4)
 
 
 def _config(**changes: object) -> RunConfig:
-    return dataclasses.replace(BASE, **changes)  # type: ignore[arg-type]
+    return BASE.with_flags(**changes)
 
 
 CONFIGS = {
@@ -45,7 +44,7 @@ CONFIGS = {
     "cnn-gpipe-time-balance": _config(model="cnn", norm="group", balance="time"),
 }
 # With v = 2 the multi-stage schedules run 4 stages on the 2 ranks (mlp tiny has 5 blocks).
-assert {c.stages_per_rank for c in CONFIGS.values()} <= {1, 2}
+assert {c.pipeline.stages_per_rank for c in CONFIGS.values()} <= {1, 2}
 THEORETICAL_BUBBLE = {"gpipe": 1 / 5, "1f1b": 1 / 5, "interleaved-1f1b": 1 / 9, "looped-bfs": 1 / 9,
                       "interleaved-zb": 1 / 13, "zbv": 1 / 25, "dualpipev": 1 / 25}
 """p = 2, m = 4: (p-1)/(m+p-1) for gpipe and 1f1b, divided by v = 2 for the interleaved ones; the zero-bubble
@@ -55,7 +54,7 @@ ones replayed by hand as tests/test_action_tables.py draws them (F = I = W = 1, 
 @pytest.fixture(scope="module")
 def pipeline_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[RunConfig, list]]:
     folder = tmp_path_factory.mktemp("pp")
-    configs = {k: resolve(dataclasses.replace(c, out=str(folder / "r.jsonl"))) for k, c in CONFIGS.items()}
+    configs = {k: resolve(c.with_flags(out=str(folder / "r.jsonl"))) for k, c in CONFIGS.items()}
     results = run_ranks_sequence(list(configs.values()), world_size=2, folder=folder, timeout_s=400)
     return {k: (c, r) for (k, c), r in zip(configs.items(), results, strict=True)}
 
@@ -69,8 +68,8 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
     assert_matches_reference(losses, merged_state(results), reference(config))
 
     fields = results[0].strategy_fields
-    stages = 2 * config.stages_per_rank
-    assert fields["schedule"] == config.schedule and fields["stages"] == stages and fields["backend"] == "gloo"
+    stages = 2 * config.pipeline.stages_per_rank
+    assert fields["schedule"] == config.pipeline.schedule and fields["stages"] == stages and fields["backend"] == "gloo"
     # Only the rank that holds the last stage reports a loss.
     last_rank = next(r for r, held in enumerate(fields["stages_of_rank"]) if stages - 1 in held)
     for rank, stats in enumerate(results[0].ranks):
@@ -85,7 +84,7 @@ def test_pp_trains_like_one_device(case: str, pipeline_runs: dict[str, tuple[Run
     assert {s["rank"] for s in timeline} == {0, 1}
     assert 0 < fields["measured_bubble_fraction"] < 1 and fields["stage_imbalance"] >= 1
     assert len(fields["stage_busy_ms"]) == stages and len(fields["stage_peak_mem_bytes"]) == 2
-    assert fields["theoretical_bubble_fraction"] == pytest.approx(THEORETICAL_BUBBLE[config.schedule])
+    assert fields["theoretical_bubble_fraction"] == pytest.approx(THEORETICAL_BUBBLE[config.pipeline.schedule])
     # A rank computes one thing at a time, inside its step: a timer that timed the wrong interval (from the
     # step's start, or across the wait for a neighbour) would overlap its spans or run past the step.
     for rank in (0, 1):

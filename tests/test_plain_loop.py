@@ -24,8 +24,8 @@ STEPS, WARMUP, BATCH = 3, 1, 8
 
 
 def _single(model: str, tmp_path: Path) -> tuple[list[float], dict[str, torch.Tensor]]:
-    config = resolve(RunConfig(strategy="single", model=model, preset="tiny", batch_size=BATCH, steps=STEPS,
-                               warmup=WARMUP, precision="fp32", out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(strategy="single", model=model, preset="tiny", batch_size=BATCH, steps=STEPS,
+                                          warmup=WARMUP, precision="fp32", out=str(tmp_path / "r.jsonl")))
     result = train(config, capture_state=True)
     return global_losses(result.ranks), result.model_state
 

@@ -3,7 +3,6 @@ input as one line."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -43,9 +42,9 @@ def test_a_plan_on_a_profile_ranks_explains_and_writes_runnable_commands(
                                    + sum(searched["unpredicted"].values()) + searched["duplicates"])
     for row in rows:  # every command the plan prints is one bench run takes and validates
         config = config_from_args(RunConfig, build_parser().parse_args(shlex.split(row["command"])[3:]))
-        assert config.precision == "bf16"
-        here = dataclasses.replace(config, accelerator="cpu", precision="fp32", out=str(tmp_path / "x.jsonl"))
-        assert resolve(here).devices == 16
+        assert config.run.precision == "bf16"
+        here = config.with_flags(accelerator="cpu", precision="fp32", out=str(tmp_path / "x.jsonl"))
+        assert resolve(here).run.devices == 16
         assert row["torchrun_command"] is None or "--nnodes 2" in row["torchrun_command"]
 
 

@@ -18,7 +18,7 @@ from strategies import STRATEGIES
 from strategies.options import SplitOptions
 from strategies.single import SingleDevice
 
-BASE = RunConfig(accelerator="cpu", out="/tmp/plan-test.jsonl")
+BASE = RunConfig.from_flags(accelerator="cpu", out="/tmp/plan-test.jsonl")
 
 
 def space(**changes: Any) -> SearchSpace:
@@ -40,12 +40,12 @@ def test_each_strategy_gets_the_axes_of_the_groups_it_reads() -> None:
     for c in configs:
         by_strategy.setdefault(c.strategy, []).append(c)
     assert len(by_strategy["ddp"]) == 1 and len(by_strategy["tp"]) == 1
-    assert [c.reshard_after_forward for c in by_strategy["fsdp"]] == [True, False]
-    assert sorted(c.microbatches for c in by_strategy["mp"]) == [1, 4]
+    assert [c.fsdp.reshard_after_forward for c in by_strategy["fsdp"]] == [True, False]
+    assert sorted(c.split.microbatches for c in by_strategy["mp"]) == [1, 4]
     # pp: gpipe and 1f1b at v = 1, interleaved-1f1b at v = 2 only, each with 2 micro-batch counts
-    assert sorted((c.schedule, c.stages_per_rank) for c in by_strategy["pp"]) == sorted(
+    assert sorted((c.pipeline.schedule, c.pipeline.stages_per_rank) for c in by_strategy["pp"]) == sorted(
         [("gpipe", 1)] * 2 + [("1f1b", 1)] * 2 + [("interleaved-1f1b", 2)] * 2)
-    meshes = {(c.dp, c.dp_shard, c.pp, c.tp) for c in by_strategy["hybrid"]}
+    meshes = {(c.mesh.dp, c.mesh.dp_shard, c.mesh.pp, c.mesh.tp) for c in by_strategy["hybrid"]}
     # every degree that multiplies to 4, less the 4 meshes of one dimension (ddp, fsdp, pp or tp alone)
     assert len(meshes) == len(factorisations(4, 4)) - 4 == 6
     assert (1, 2, None, 2) not in meshes and (1, 2, 1, 2) in meshes
@@ -60,7 +60,7 @@ def test_a_strategy_defined_here_is_searched_with_its_own_axes(monkeypatch: pyte
 
     monkeypatch.setitem(STRATEGIES, Chunked.name, Chunked)
     configs = list(candidates(space(strategies=("chunked-test",)), BASE))
-    assert sorted(c.microbatches for c in configs) == [1, 4]  # nobody named it anywhere else
+    assert sorted(c.split.microbatches for c in configs) == [1, 4]  # nobody named it anywhere else
 
 
 def fake_predict(step_ms: dict[str, float], memory: dict[str, float]) -> Any:
@@ -68,7 +68,7 @@ def fake_predict(step_ms: dict[str, float], memory: dict[str, float]) -> Any:
         if config.strategy not in step_ms:
             raise ValueError(f"no cost model for strategy {config.strategy!r}")
         ms = step_ms[config.strategy]
-        return {"predicted_samples_per_s": config.batch_size / ms * 1e3, "predicted_step_time_ms": ms,
+        return {"predicted_samples_per_s": config.run.batch_size / ms * 1e3, "predicted_step_time_ms": ms,
                 "predicted_compute_ms": ms * 0.5, "predicted_exposed_comm_ms": ms * 0.3,
                 "predicted_update_ms": ms * 0.1, "predicted_memory_by_kind": {"total": memory[config.strategy]}}
     return predict
@@ -97,7 +97,7 @@ def test_a_candidate_the_runner_refuses_is_refused_with_the_runners_own_words() 
                     "fake", fake_predict({}, {}), None)
     ((reason, count),) = result.refused.items()
     with pytest.raises(Exception, match="blocks") as exc:
-        resolve(dataclasses.replace(BASE, strategy="pp", model="mlp", preset="tiny", devices=8, batch_size=32))
+        resolve(BASE.with_flags(strategy="pp", model="mlp", preset="tiny", devices=8, batch_size=32))
     assert reason in str(exc.value) and count == 1
 
 
@@ -115,8 +115,8 @@ def test_ties_and_why_one_is_slower_are_read_from_the_terms() -> None:
 
 
 def test_commands_name_the_configuration_and_span_nodes_only_when_it_does() -> None:
-    config = dataclasses.replace(BASE, strategy="hybrid", model="transformer", preset="large", devices=16,
-                                 batch_size=256, dp=2, pp=8, microbatches=16, schedule="1f1b", precision="bf16")
+    config = BASE.with_flags(strategy="hybrid", model="transformer", preset="large", devices=16,
+                             batch_size=256, dp=2, pp=8, microbatches=16, schedule="1f1b", precision="bf16")
     run = commands(config, gpus_per_node=8)
     flags = ("--strategy hybrid --model transformer --preset large --devices 16 --batch-size 256 --precision bf16 "
              "--microbatches 16 --schedule 1f1b --dp 2 --pp 8")
@@ -124,17 +124,17 @@ def test_commands_name_the_configuration_and_span_nodes_only_when_it_does() -> N
     assert run.torchrun == ('torchrun --nnodes 2 --node-rank "$NODE_RANK" --nproc-per-node 8 --rdzv-backend c10d '
                             f'--rdzv-endpoint "$HEAD:29500" -m bench run {flags}')
     assert run.slurm is not None and run.slurm.startswith("srun --nodes 2 --ntasks-per-node 1 --gpus-per-node 8 ")
-    assert commands(dataclasses.replace(config, devices=8, dp=1), 8).torchrun is None  # one node
-    assert commands(dataclasses.replace(config, strategy="mp", devices=16), 8).torchrun is None  # one process
+    assert commands(config.with_flags(devices=8, dp=1), 8).torchrun is None  # one node
+    assert commands(config.with_flags(strategy="mp", devices=16), 8).torchrun is None  # one process
     args = build_parser().parse_args(shlex.split(run.bench)[3:])
     assert (args.strategy, args.dp, args.pp, args.microbatches) == ("hybrid", 2, 8, 16)
 
 
 def test_run_flags_leave_defaults_out_but_always_name_the_essentials() -> None:
-    config = dataclasses.replace(BASE, strategy="ddp", model="mlp", preset="small", devices=2, batch_size=64)
+    config = BASE.with_flags(strategy="ddp", model="mlp", preset="small", devices=2, batch_size=64)
     assert run_flags(config) == ["--strategy", "ddp", "--model", "mlp", "--preset", "small", "--devices", "2",
                                  "--batch-size", "64"]
-    assert "--no-reshard-after-forward" in run_flags(dataclasses.replace(config, reshard_after_forward=False))
+    assert "--no-reshard-after-forward" in run_flags(config.with_flags(reshard_after_forward=False))
 
 
 def test_rank_correlation_is_spearmans_with_average_ranks_for_ties() -> None:

@@ -177,12 +177,12 @@ def test_buckets_that_fill_early_hide_their_all_reduce_behind_the_backward_as_fa
 
 
 def test_the_memory_predicted_for_single_is_what_the_tracker_measures(tmp_path: Path) -> None:
-    config = resolve(RunConfig(model="mlp", preset="tiny", steps=1, warmup=1, out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(model="mlp", preset="tiny", steps=1, warmup=1, out=str(tmp_path / "r.jsonl")))
     (measured,) = [d for r in train(config).ranks for d in r.memory_by_kind]
     spec = models.build_model("mlp", "tiny")
     blocks = [BlockCost(Line(0, 0), Line(0, 0), n, 0.0, s)
               for n, s in zip(parameter_counts(spec.blocks), saved_bytes_per_sample(spec), strict=True)]
-    predicted = predict_memory(blocks, Scenario("single", 1, config.batch_size), 1)
+    predicted = predict_memory(blocks, Scenario("single", 1, config.run.batch_size), 1)
     for kind in ("parameters", "gradients", "optimizer_state"):
         assert predicted[kind] == measured[kind], kind
 
@@ -266,11 +266,12 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
     from bench.predict.scenario import scenario_for
 
-    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
     assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "mp"}
-    assert {c.model for c in configs.values()} == {"mlp"}
-    assert configs["pp"].microbatches == configs["mp"].microbatches == MICROBATCHES
+    assert {c.workload.model for c in configs.values()} == {"mlp"}
+    assert configs["pp"].split.microbatches == configs["mp"].split.microbatches == MICROBATCHES
     calibration = _calibration(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
     predicted = {name: predict_step(calibration, scenario_for(c), 1).step_ms for name, c in configs.items()}
     layers = sum(scenario_for(configs["tp"]).tp_layers)
@@ -290,7 +291,7 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     # A runtime never gives time back; a strategy the model cannot run has no reference and costs nothing.
     quick = residuals(calibration, 2, configs, {"ddp": predicted["ddp"] - 1.0})
     assert quick["ddp_per_step"] == 0.0 and set(quick.values()) == {0.0}
-    assert "tp" not in reference_configs(dataclasses.replace(calibrated, model="cnn", preset="tiny"),
+    assert "tp" not in reference_configs(calibrated.with_flags(model="cnn", preset="tiny"),
                                          str(tmp_path / "reference.jsonl"), 2)
 
 
@@ -330,10 +331,11 @@ def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> No
     from bench.predict.runtime import reference_configs, residuals
     from bench.predict.scenario import scenario_for
 
-    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
     assert "hybrid" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
-    assert (configs["hybrid"].dp, configs["hybrid"].pp) == (2, 2)
+    assert (configs["hybrid"].mesh.dp, configs["hybrid"].mesh.pp) == (2, 2)
     base = _calibration(5)
     calibration = dataclasses.replace(base, communication={4: base.communication[2]})
     predicted = predict_step(calibration, scenario_for(configs["hybrid"]), 1).step_ms
@@ -555,13 +557,14 @@ def test_the_report_reads_each_error_against_the_repeats_own_stray() -> None:
 def test_a_run_whose_timings_entered_the_calibration_is_fitted_and_every_other_held_out(tmp_path: Path) -> None:
     from bench.predict.runtime import fitted, fitted_key, reference_configs
 
-    calibrated = resolve(RunConfig(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
     references = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
     calibration = dataclasses.replace(_calibration(5), fitted_runs=tuple(fitted_key(c) for c in references.values()))
     pp = references["pp"]
-    assert fitted(calibration, dataclasses.replace(pp, steps=6, repeat=2, out="elsewhere.jsonl")) is True
-    assert fitted(calibration, dataclasses.replace(pp, batch_size=2 * pp.batch_size)) is False
-    assert fitted(calibration, dataclasses.replace(pp, schedule="1f1b")) is False
+    assert fitted(calibration, pp.with_flags(steps=6, repeat=2, out="elsewhere.jsonl")) is True
+    assert fitted(calibration, pp.with_flags(batch_size=2 * pp.run.batch_size)) is False
+    assert fitted(calibration, pp.with_flags(schedule="1f1b")) is False
     assert fitted(_calibration(5), pp) is None  # a file from before the distinction says nothing
     path = tmp_path / "cal.json"
     calibration.save(path)
@@ -598,7 +601,8 @@ def test_a_prediction_carries_the_interval_of_the_calibrations_own_spread_where_
     calibration = Calibration.load(path)  # the spreads survive the file
     for strategy, spread in (("ddp", 0.10), ("single", 0.02), ("mp", 0.02)):  # mp's two stages: one process
         devices = 1 if strategy == "single" else 2
-        config = resolve(RunConfig(strategy=strategy, model="mlp", preset="tiny", devices=devices, norm="group",
+        config = resolve(RunConfig.from_flags(strategy=strategy, model="mlp", preset="tiny", devices=devices,
+                                              norm="group",
                                    accelerator="cpu", out=str(tmp_path / "r.jsonl")))
         record = prediction_record(calibration, config, "test")
         step = record["predicted_step_time_ms"]

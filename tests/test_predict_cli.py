@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -50,18 +49,18 @@ def test_help_shows_the_defaults_of_out_devices_and_model(capsys: pytest.Capture
 def test_a_run_in_other_arithmetic_than_the_calibrations_is_not_predicted(changes: dict, knob: str) -> None:
     """Issue 34 item 4: on 4fcc3e2 a bf16 or compiled run got a prediction from fp32 eager timings."""
     calibration = _calibration({})
-    config = resolve(RunConfig(strategy="ddp", model="mlp", preset="small", devices=2, **changes))
+    config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="small", devices=2, **changes))
     assert knob in (knob_mismatch(calibration, config) or "")
     with pytest.raises(ValueError, match="timed in other arithmetic"):
         prediction_record(calibration, config, "calibration")
-    same = resolve(RunConfig(strategy="ddp", model="mlp", preset="small", devices=2, precision="fp32"))
+    same = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="small", devices=2, precision="fp32"))
     assert knob_mismatch(calibration, same) is None
     assert prediction_record(calibration, same, "calibration")["predicted_step_time_ms"] > 0
 
 
 def test_a_channels_last_run_is_not_predicted_from_contiguous_timings() -> None:
-    config = dataclasses.replace(resolve(RunConfig(strategy="ddp", model="cnn", preset="tiny", devices=2)),
-                                 channels_last=True)
+    config = resolve(RunConfig.from_flags(strategy="ddp", model="cnn", preset="tiny",
+                                          devices=2)).with_flags(channels_last=True)
     assert "channels_last True (calibrated: False)" in (knob_mismatch(_calibration({}), config) or "")
 
 

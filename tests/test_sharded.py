@@ -15,8 +15,8 @@ from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 
 def _config(tmp_path: Path, strategy: str, model: str, **kw: object) -> RunConfig:
-    return resolve(RunConfig(strategy=strategy, devices=2, model=model, preset="tiny", norm="group", steps=2,
-                             warmup=1, accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
+    return resolve(RunConfig.from_flags(strategy=strategy, devices=2, model=model, preset="tiny", norm="group", steps=2,
+                                        warmup=1, accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
 
 
 # fsdp and zero1 apply to every family; tp to those with a plan. ZeRO-2 and ZeRO-3 both appear.

@@ -14,43 +14,43 @@ from tests.helpers.cli import run_bench
 
 
 def test_weak_scaling_grows_the_global_batch_and_strong_keeps_it(tmp_path: Path) -> None:
-    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    base = RunConfig.from_flags(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
     for scaling, expected in (("weak", [8, 16]), ("strong", [8, 8])):
         sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling=scaling)
         runs = [r for r in plan(sweep) if r.config.strategy == "ddp"]
-        assert [r.config.batch_size for r in runs] == expected
-        assert {r.config.scaling for r in runs} == {scaling}
+        assert [r.config.run.batch_size for r in runs] == expected
+        assert {r.config.measure.scaling for r in runs} == {scaling}
 
 
 def test_plan_skips_what_cannot_run_and_says_why(tmp_path: Path) -> None:
-    base = RunConfig(preset="tiny", batch_size=3, out=str(tmp_path / "s.jsonl"))
+    base = RunConfig.from_flags(preset="tiny", batch_size=3, out=str(tmp_path / "s.jsonl"))
     sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling="strong")
-    runs = {(r.config.strategy, r.config.devices): r for r in plan(sweep)}
+    runs = {(r.config.strategy, r.config.run.devices): r for r in plan(sweep)}
     assert ("single", 2) not in runs  # the reference runs on one device only: not a point of the grid
     assert runs[("single", 1)].skip_reason is None
     assert "3 is not divisible by 2" in runs[("ddp", 2)].skip_reason
 
 
 def test_repeats_run_round_by_round_each_with_its_own_key(tmp_path: Path) -> None:
-    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    base = RunConfig.from_flags(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
     sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling="strong",
                         repeats=3)
     runs = plan(sweep)
-    order = [(r.config.repeat, r.config.strategy, r.config.devices) for r in runs]
+    order = [(r.config.measure.repeat, r.config.strategy, r.config.run.devices) for r in runs]
     grid = [("single", 1), ("ddp", 1), ("ddp", 2)]
     assert order == [(repeat, *point) for repeat in range(3) for point in grid]
     assert len({run_key(r.config.as_dict()) for r in runs}) == 9
 
 
 def test_weak_scaling_plans_single_at_every_global_batch_so_speedups_compare_equal_work(tmp_path: Path) -> None:
-    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    base = RunConfig.from_flags(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
     sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(1, 2), base=base, scaling="weak")
-    singles = sorted(r.config.batch_size for r in plan(sweep) if r.config.strategy == "single")
+    singles = sorted(r.config.run.batch_size for r in plan(sweep) if r.config.strategy == "single")
     assert singles == [8, 16]
 
 
 def test_a_strategy_with_no_point_in_the_sweep_gets_a_skipped_row_saying_why(tmp_path: Path) -> None:
-    base = RunConfig(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    base = RunConfig.from_flags(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
     sweep = SweepConfig(strategies=("single", "hybrid"), models=("mlp",), devices=(1, 2), base=base, repeats=2)
     (hybrid,) = [r for r in plan(sweep) if r.config.strategy == "hybrid"]  # once, not per repeat
     assert hybrid.skip_reason == "hybrid needs at least 4 devices; this sweep's device counts are 1, 2"

@@ -46,8 +46,8 @@ def cuda_foreach_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _trained(strategy: str, model: str, optimizer: str) -> dict[str, torch.Tensor]:
-    config = RunConfig(strategy=strategy, model=model, preset="tiny", optimizer=optimizer, devices=1,
-                       accelerator="cpu", precision="fp32", batch_size=8)
+    config = RunConfig.from_flags(strategy=strategy, model=model, preset="tiny", optimizer=optimizer, devices=1,
+                                  accelerator="cpu", precision="fp32", batch_size=8)
     torch.manual_seed(0)
     spec = models.build_model(model, "tiny", "batch")
     run = build_strategy(strategy, config)
@@ -86,7 +86,8 @@ def test_groups_by_kind_keeps_every_parameter_once_and_never_mixes(one_rank: Non
     from torch.distributed.tensor import DTensor
 
     torch.manual_seed(0)
-    config = RunConfig(strategy="tp", model="mlp", preset="tiny", devices=1, accelerator="cpu", precision="fp32",
+    config = RunConfig.from_flags(strategy="tp", model="mlp", preset="tiny", devices=1, accelerator="cpu",
+                                  precision="fp32",
                        batch_size=8)
     module = build_strategy("tp", config).prepare(models.build_model("mlp", "tiny", "batch"), CPU)
     groups = groups_by_kind(module.parameters())

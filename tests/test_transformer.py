@@ -152,8 +152,8 @@ def test_mlp_sharded_by_hidden_columns_sums_to_the_whole() -> None:
 
 
 def test_single_trains_the_tiny_transformer(tmp_path: Path) -> None:
-    config = resolve(RunConfig(model="transformer", preset="tiny", steps=6, warmup=0, lr=0.5,
-                               out=str(tmp_path / "r.jsonl")))
+    config = resolve(RunConfig.from_flags(model="transformer", preset="tiny", steps=6, warmup=0, lr=0.5,
+                                          out=str(tmp_path / "r.jsonl")))
     losses = global_losses(train(config).ranks)
     assert len(losses) == 6
     # Random tokens start near log(64) = 4.16 nats. Batches differ by ~0.1 nats, so a drop of 0.3 is

@@ -27,7 +27,7 @@ ENV = {"hostname": "testhost"}
 
 def _run_here(config: RunConfig, timeout_s: float, *args: object, **kwargs: object) -> ChildOutcome:
     """What a ``bench run`` child does for an in-process strategy, done in this process."""
-    append_record(config.out, build_record(config, train(config), ENV))
+    append_record(config.measure.out, build_record(config, train(config), ENV))
     return ChildOutcome("ok", "", 0.0)
 
 
@@ -75,8 +75,8 @@ def test_verify_passes_a_right_strategy_and_fails_a_wrong_lr_or_a_skipped_reduct
 def test_a_planned_candidate_is_verified_at_its_own_batch_and_a_broken_one_fails(twins: None, tmp_path: Path) -> None:
     # bench plan --measure: the verdict on each measured candidate's class of run (small preset, batch 48)
     def planned(strategy: str) -> RunConfig:
-        return RunConfig(strategy=strategy, model="mlp", preset="small", devices=2, batch_size=48, steps=6,
-                         out=str(tmp_path / "measured.jsonl"))
+        return RunConfig.from_flags(strategy=strategy, model="mlp", preset="small", devices=2, batch_size=48, steps=6,
+                                    out=str(tmp_path / "measured.jsonl"))
 
     right, broken = (verify.verify_run(planned(s), steps=2, timeout_s=60) for s in ("twins", "twins-lr-rank1"))
     assert right["passed"] is True and right["max_param_diff"] < 1e-5, right
@@ -89,12 +89,12 @@ def _rows(path: Path) -> list[dict]:
 
 def test_compare_fails_equal_parameters_when_the_losses_differ(tmp_path: Path) -> None:
     # Same checkpoint, different losses: compare must read each run's own record, not the reference's twice.
-    want = resolve(RunConfig(strategy="single", model="mlp", preset="tiny", steps=2, warmup=0,
-                             out=str(tmp_path / "runs.jsonl"), save_checkpoint=str(tmp_path / "want.pt")))
+    want = resolve(RunConfig.from_flags(strategy="single", model="mlp", preset="tiny", steps=2, warmup=0,
+                                        out=str(tmp_path / "runs.jsonl"), save_checkpoint=str(tmp_path / "want.pt")))
     got = verify.candidate(want, "mp", 2, tmp_path)
     state = train(want, capture_state=True).model_state
     for config in (want, got):
-        save_checkpoint(config.save_checkpoint, state, "mlp", "tiny", config.strategy)
+        save_checkpoint(config.checkpoint.save_checkpoint, state, "mlp", "tiny", config.strategy)
     records = {run_key(want.as_dict()): {"losses": [1.0, 0.5]}, run_key(got.as_dict()): {"losses": [1.0, 0.75]}}
     param_diff, loss_diff, passed = verify.compare(got, want, records)
     assert (param_diff, passed) == (0.0, False)

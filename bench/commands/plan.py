@@ -94,7 +94,8 @@ def main(args: argparse.Namespace) -> int:
         check_writable(Path(args.out))
     except ConfigError as exc:
         fail("bench plan", str(exc))
-    base = RunConfig(accelerator="cpu", out=args.out)  # resolved on this machine's rules, whatever its devices
+    base = RunConfig.from_flags(accelerator="cpu",
+                                out=args.out)  # resolved on this machine's rules, whatever its devices
 
     def progress(items: Iterable[RunConfig]) -> Iterable[RunConfig]:
         return tqdm(items, desc="bench plan", unit="candidate", leave=False, disable=None, mininterval=1.0)

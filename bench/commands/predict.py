@@ -75,7 +75,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
 def calibrate_main(args: argparse.Namespace) -> int:
     try:
-        config = resolve(RunConfig(model=args.model, preset=args.preset, norm=args.norm, batch_size=args.batch_size,
+        config = resolve(RunConfig.from_flags(model=args.model, preset=args.preset, norm=args.norm,
+                                              batch_size=args.batch_size,
                                    out=str(Path(args.out).with_suffix(".jsonl")), precision="fp32"))
         if min(args.devices) < 1 or min(args.microbatches) < 1 or args.repeats < 1 or args.groups < 1:
             raise ConfigError(f"--devices, --microbatches, --repeats and --groups must be at least 1, got "
@@ -89,7 +90,8 @@ def calibrate_main(args: argparse.Namespace) -> int:
     except Disturbed as exc:
         fail("bench calibrate", str(exc))
     calibration.save(Path(args.out))
-    print(f"calibration: {config.model}/{config.preset} on {calibration.machine['hostname']} -> {args.out}")
+    workload = config.workload
+    print(f"calibration: {workload.model}/{workload.preset} on {calibration.machine['hostname']} -> {args.out}")
     return 0
 
 
@@ -121,10 +123,10 @@ def predict_main(args: argparse.Namespace) -> int:
         try:
             record: dict[str, Any] = prediction_record(source, config, label)
         except ValueError as exc:
-            log.warning("%s on %d device(s) not predicted: %s", config.strategy, config.devices, exc)
+            log.warning("%s on %d device(s) not predicted: %s", config.strategy, config.run.devices, exc)
             continue
         if not args.hardware:
-            record["notes"] = [*record["notes"], *nearest_count_notes(calibration, config.devices)]
+            record["notes"] = [*record["notes"], *nearest_count_notes(calibration, config.run.devices)]
         records.append(record)
     rests_on = what_if_fields(records, roofline, hardware, precision, scaling) if args.hardware else None
     for record in records:
@@ -146,10 +148,11 @@ def _configs(args: argparse.Namespace, norm: str, scaling: str) -> list[RunConfi
             batch = args.batch_size
             if scaling == "weak":  # --batch-size (or the preset's) per device
                 batch = (batch or _default_batch(args.model, args.preset)) * devices
-            config = RunConfig(strategy=name, model=args.model, preset=args.preset, devices=devices,
-                               batch_size=batch, norm=norm, out=args.out, accelerator="cpu",
-                               microbatches=args.microbatches if SplitOptions in strategy_class(name).reads else 1,
-                               schedule=args.schedule)
+            splits = SplitOptions in strategy_class(name).reads
+            config = RunConfig.from_flags(strategy=name, model=args.model, preset=args.preset, devices=devices,
+                                          batch_size=batch, norm=norm, out=args.out, accelerator="cpu",
+                                          schedule=args.schedule,
+                                          microbatches=args.microbatches if splits else 1)
             try:
                 configs.append(resolve(config))
             except ConfigError as exc:

@@ -73,20 +73,19 @@ def plan(sweep: SweepConfig) -> list[PlannedRun]:
             axes = _axes(sweep, cls)
             for values in itertools.product(*axes.values()):
                 point: dict[str, Any] = dict(zip(axes, values, strict=True))
-                config = dataclasses.replace(
-                    sweep.base, strategy=strategy, model=model, devices=devices, scaling=sweep.scaling,
+                config = sweep.base.with_flags(strategy=strategy, model=model, devices=devices, scaling=sweep.scaling,
                     batch_size=_global_batch(sweep, model, devices), **point,
                 )
                 grid.append(_checked(unread_groups_reset(config), cls.needs_gpus))
     grid += _baselines(sweep, grid)
-    return [dataclasses.replace(run, config=dataclasses.replace(run.config, repeat=r))
+    return [dataclasses.replace(run, config=run.config.with_flags(repeat=r))
             for r in range(sweep.repeats) for run in grid if r == 0 or run.skip_reason is None]
 
 
 def _too_few_devices(sweep: SweepConfig, cls: type[Strategy], model: str) -> PlannedRun:
     """The row that says why a strategy has no point in this sweep: it needs more devices than any count in it."""
-    config = dataclasses.replace(sweep.base, strategy=cls.name, model=model, devices=cls.min_devices,
-                                 scaling=sweep.scaling, batch_size=_global_batch(sweep, model, cls.min_devices))
+    config = sweep.base.with_flags(strategy=cls.name, model=model, devices=cls.min_devices,
+                                   scaling=sweep.scaling, batch_size=_global_batch(sweep, model, cls.min_devices))
     counts = ", ".join(map(str, sweep.devices))
     reason = f"{cls.name} needs at least {cls.min_devices} devices; this sweep's device counts are {counts}"
     return PlannedRun(unread_groups_reset(config), skip_reason=reason)
@@ -97,10 +96,10 @@ def _baselines(sweep: SweepConfig, grid: list[PlannedRun]) -> list[PlannedRun]:
     every speed-up is against one device doing the same work."""
     if REFERENCE not in sweep.strategies:
         return []
-    have = {(r.config.model, r.config.batch_size) for r in grid if r.config.strategy == REFERENCE}
-    wanted = sorted({(r.config.model, r.config.batch_size) for r in grid if r.skip_reason is None} - have)
-    return [_checked(dataclasses.replace(sweep.base, strategy=REFERENCE, model=model, devices=1,
-                                         scaling=sweep.scaling, batch_size=batch), needs_gpus=False)
+    have = {(r.config.workload.model, r.config.run.batch_size) for r in grid if r.config.strategy == REFERENCE}
+    wanted = sorted({(r.config.workload.model, r.config.run.batch_size) for r in grid if r.skip_reason is None} - have)
+    return [_checked(sweep.base.with_flags(strategy=REFERENCE, model=model, devices=1,
+                                           scaling=sweep.scaling, batch_size=batch), needs_gpus=False)
             for model, batch in wanted]
 
 
@@ -118,7 +117,7 @@ def _axes(sweep: SweepConfig, cls: type[Strategy]) -> dict[str, tuple[object, ..
 
 
 def _global_batch(sweep: SweepConfig, model: str, devices: int) -> int:
-    per_step = sweep.base.batch_size or resolve(dataclasses.replace(sweep.base, model=model)).global_batch
+    per_step = sweep.base.run.batch_size or resolve(sweep.base.with_flags(model=model)).run.global_batch
     return per_step * devices if sweep.scaling == "weak" else per_step
 
 
@@ -127,7 +126,7 @@ def _checked(config: RunConfig, needs_gpus: bool) -> PlannedRun:
         resolved = resolve(config)
     except ConfigError as exc:
         return PlannedRun(config, skip_reason=str(exc))
-    if needs_gpus and resolved.accelerator == "cpu":
+    if needs_gpus and resolved.run.accelerator == "cpu":
         return PlannedRun(
             resolved, f"{config.strategy} needs GPUs: on the CPU it runs one device whatever --devices says"
         )

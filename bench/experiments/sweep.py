@@ -9,7 +9,6 @@ a configuration that already has a row is skipped on the next run (``--force`` r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -47,7 +46,7 @@ def execute(
     """Runs every planned configuration that has no row yet, each with its prediction where ``predictor``
     makes one; returns a count per outcome."""
     predictor = predictor or SweepPredictor()
-    out = Path(sweep.base.out)
+    out = Path(sweep.base.measure.out)
     done = set() if force else completed_keys(out)
     todo = [r for r in runs if r.skip_reason is None and run_key(r.config.as_dict()) not in done]
     counts = {"ok": 0, "failed": 0, "oom": 0, "timeout": 0, "already done": 0, "skipped": 0, "re-run disturbed": 0}
@@ -105,8 +104,9 @@ def run_child(
     per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
     # torchrun's workers take the configuration as the sweep resolved it; a `bench run` child
     # (one process) validates its own command line, once.
-    command, env = child_command(["run", *config_to_argv(config)], per_device, config.devices, config.accelerator,
-                                 config.max_restarts, to_json(config))
+    command, env = child_command(["run", *config_to_argv(config)], per_device, config.run.devices,
+                                 config.run.accelerator,
+                                 config.measure.max_restarts, to_json(config))
     return launch.run_child(command, {**env, **(extra_env or {})}, timeout_s, log_path)
 
 
@@ -181,8 +181,8 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"--run-timeout-s must be positive, got {args.run_timeout_s}")
         sweep = SweepConfig(
             strategies=args.strategies, models=args.models,
-            devices=args.devices or default_device_counts(resolved_base.accelerator),
-            base=dataclasses.replace(base, accelerator=resolved_base.accelerator),
+            devices=args.devices or default_device_counts(resolved_base.run.accelerator),
+            base=base.with_flags(accelerator=resolved_base.run.accelerator),
             scaling=args.scaling, microbatches=args.microbatches, schedules=args.schedules,
             reshard_after_forward=args.reshard_after_forward,
             run_timeout_s=args.run_timeout_s, repeats=args.repeats,
@@ -190,9 +190,9 @@ def main(args: argparse.Namespace) -> int:
         for name in sweep.strategies:
             strategy_class(name)
         for name in sweep.models:
-            resolve(dataclasses.replace(neutral, model=name))
+            resolve(neutral.with_flags(model=name))
         runs = plan(sweep)
-        done = set() if args.force else completed_keys(Path(base.out))
+        done = set() if args.force else completed_keys(Path(base.measure.out))
         check_calibration_choice(args.calibration)
     except (ConfigError, RecordError) as exc:
         fail("bench sweep", str(exc))
@@ -208,17 +208,18 @@ def main(args: argparse.Namespace) -> int:
     try:
         todo = [r.config for r in runs if r.skip_reason is None and run_key(r.config.as_dict()) not in done]
         try:
-            predictor = sweep_predictor(args.calibration, todo, sweep.devices, sweep.microbatches, Path(base.out))
+            predictor = sweep_predictor(args.calibration, todo, sweep.devices, sweep.microbatches,
+                                        Path(base.measure.out))
         except ConfigError as exc:
             fail("bench sweep", str(exc))
         counts = execute(sweep, runs, force=args.force, predictor=predictor)
     except KeyboardInterrupt:
         print(
-            f"bench sweep: interrupted; completed rows are kept in {base.out}: run the same command to resume",
+            f"bench sweep: interrupted; completed rows are kept in {base.measure.out}: run the same command to resume",
             file=sys.stderr,
         )
         return 130
-    print("sweep: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + f"  -> {base.out}")
+    print("sweep: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + f"  -> {base.measure.out}")
     return 0
 
 

@@ -10,7 +10,6 @@ the report puts the verdict next to each strategy's speed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 import tempfile
@@ -36,33 +35,35 @@ from strategies.options import MeshOptions
 def reference_config(model: str, folder: Path, steps: int) -> RunConfig:
     # 8 samples: divisible by 2 or 4 data-parallel ranks and by 4 micro-batches. fp32 and the
     # default memory format even on GPUs (whose default is bf16): the proof is held to fp32's tolerance.
-    return RunConfig(strategy=REFERENCE, model=model, preset="tiny", norm="group", batch_size=8, steps=steps,
-                     warmup=0, seed=0, out=str(folder / "runs.jsonl"), accelerator="auto", precision="fp32",
-                     channels_last=False)
+    return RunConfig.from_flags(strategy=REFERENCE, model=model, preset="tiny", norm="group", batch_size=8, steps=steps,
+                                warmup=0, seed=0, out=str(folder / "runs.jsonl"), accelerator="auto", precision="fp32",
+                                channels_last=False)
 
 
 def candidate(reference: RunConfig, strategy: str, devices: int, folder: Path, **options: Any) -> RunConfig:
     microbatches = options.pop("microbatches", checked_microbatches(strategy))
-    name = "-".join([strategy, reference.model, str(devices), *(f"{k}{v}" for k, v in options.items())])
-    return dataclasses.replace(reference, strategy=strategy, devices=devices, microbatches=microbatches,
-                               save_checkpoint=str(folder / f"{name}.pt"), **options)
+    name = "-".join([strategy, reference.workload.model, str(devices), *(f"{k}{v}" for k, v in options.items())])
+    return reference.with_flags(strategy=strategy, devices=devices, microbatches=microbatches,
+                                save_checkpoint=str(folder / f"{name}.pt"), **options)
 
 
 def checked_class(config: RunConfig) -> dict[str, Any]:
     """The settings of the run a verdict was reached on, written into its row for the report to match."""
     degrees: dict[str, int | None] = dict.fromkeys(DIMS)
     if MeshOptions in strategy_class(config.strategy).reads:
-        layout = MeshLayout.for_devices(config.devices, config.dp, config.pp, config.dp_shard, config.tp)
+        layout = MeshLayout.for_devices(config.run.devices, config.mesh.dp, config.mesh.pp, config.mesh.dp_shard,
+                                        config.mesh.tp)
         degrees = dict(zip(DIMS, layout.shape, strict=True))
-    return {**{name: getattr(config, name) for name in VERIFIED_CLASS}, **degrees}
+    flags = config.as_dict()
+    return {**{name: flags[name] for name in VERIFIED_CLASS}, **degrees}
 
 
 def compare(got: RunConfig, want: RunConfig, records: dict[str, dict]) -> tuple[float, float, bool]:
     """(largest parameter difference, largest loss difference, within tolerance)."""
     import torch
 
-    got_state = load_checkpoint(str(got.save_checkpoint))
-    want_state = load_checkpoint(str(want.save_checkpoint))
+    got_state = load_checkpoint(str(got.checkpoint.save_checkpoint))
+    want_state = load_checkpoint(str(want.checkpoint.save_checkpoint))
     if got_state.keys() != want_state.keys():
         return math.inf, math.inf, False
     param_diff = max((got_state[k].float() - v.float()).abs().max().item() for k, v in want_state.items())
@@ -124,8 +125,8 @@ def verify(strategies: tuple[str, ...], model_names: tuple[str, ...], devices: i
         for model, strategy, size, options, skipped in plan:
             if model not in references:
                 bar.set_postfix_str(f"single {model}")
-                want = resolve(dataclasses.replace(reference_config(model, folder, steps),
-                                                   save_checkpoint=str(folder / f"single-{model}.pt")))
+                want = resolve(reference_config(model, folder,
+                                                 steps).with_flags(save_checkpoint=str(folder / f"single-{model}.pt")))
                 references[model] = want, run_child(want, timeout_s)
                 bar.update()
             want, reference_run = references[model]
@@ -151,14 +152,14 @@ def verify_run(run: RunConfig, steps: int, timeout_s: float) -> dict[str, Any]:
     blocks than stages); the row's verdict fields."""
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         folder = Path(tmp)
-        reference = dataclasses.replace(reference_config(run.model, folder, steps), batch_size=run.batch_size,
-                                        save_checkpoint=str(folder / "single.pt"))
+        reference = reference_config(run.workload.model, folder, steps).with_flags(
+            batch_size=run.run.batch_size, save_checkpoint=str(folder / "single.pt"))
         refusal = None
-        for preset in dict.fromkeys(("tiny", run.preset)):
+        for preset in dict.fromkeys(("tiny", run.workload.preset)):
             try:
-                want = resolve(dataclasses.replace(reference, preset=preset))
-                got = resolve(dataclasses.replace(
-                    run, preset=preset, norm="group", steps=steps, warmup=0, seed=0, out=reference.out,
+                want = resolve(reference.with_flags(preset=preset))
+                got = resolve(run.with_flags(preset=preset, norm="group", steps=steps, warmup=0, seed=0,
+                                             out=reference.measure.out,
                     precision="fp32", channels_last=False, compile=False, profile=None, repeat=0,
                     save_checkpoint=str(folder / "got.pt")))
                 break
@@ -172,7 +173,7 @@ def verify_run(run: RunConfig, steps: int, timeout_s: float) -> dict[str, Any]:
                 return {"passed": False, "reason": f"{config.strategy} {ended.status}: {ended.reason}"}
         records = {run_key(r["config"]): r for r in read_records(folder / "runs.jsonl")[0]}
         param_diff, loss_diff, passed = compare(got, want, records)
-    return {"passed": passed, "max_param_diff": param_diff, "max_loss_diff": loss_diff, "preset": got.preset,
+    return {"passed": passed, "max_param_diff": param_diff, "max_loss_diff": loss_diff, "preset": got.workload.preset,
             **checked_class(got)}
 
 
@@ -200,7 +201,7 @@ def main(args: argparse.Namespace) -> int:
         for name in args.strategies:
             strategy_class(name)
         for name in args.models:
-            resolve(RunConfig(model=name, preset="tiny", out=args.out))
+            resolve(RunConfig.from_flags(model=name, preset="tiny", out=args.out))
         for flag, value in (("--devices", args.devices), ("--steps", args.steps)):
             if value < 1:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")

@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -24,13 +24,40 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def section_class(f: dataclasses.Field) -> type | None:
+    """The dataclass a field holds as a section of its config (a field made by such a class), else None."""
+    factory = f.default_factory
+    return factory if isinstance(factory, type) and dataclasses.is_dataclass(factory) else None
+
+
+def flag_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a config dataclass that are flags: its own, and those of its sections, in order."""
+    found: list[dataclasses.Field] = []
+    for f in dataclasses.fields(cls):
+        section = section_class(f)
+        found += flag_fields(section) if section else [f]
+    return found
+
+
+def flag_values(config: DataclassInstance) -> dict[str, Any]:
+    """Each flag of ``config`` and its value, sections flattened."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        values.update(flag_values(value) if section_class(f) else {f.name: value})
+    return values
+
+
 def field_docs(cls: type) -> dict[str, str]:
-    """The string literal under each field of a dataclass and of the dataclasses it composes (the
-    torchtitan style of field docs)."""
+    """The string literal under each field of a dataclass, of the dataclasses it inherits and of its
+    sections (the torchtitan style of field docs)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if dataclasses.is_dataclass(klass):
             docs.update(_own_field_docs(klass))
+    for f in dataclasses.fields(cls):
+        if section := section_class(f):
+            docs.update(field_docs(section))
     return docs
 
 
@@ -60,7 +87,7 @@ def add_config_arguments(
     ``defaults`` replaces the class's default of some fields for this command."""
     docs = field_docs(cls)
     defaults = defaults or {}
-    for f in dataclasses.fields(cls):
+    for f in flag_fields(cls):
         if f.name in skip:
             continue
         flag = "--" + f.name.replace("_", "-")
@@ -74,8 +101,19 @@ def add_config_arguments(
 
 
 def config_from_args(cls: type[Config], args: argparse.Namespace, skip: tuple[str, ...] = ()) -> Config:
-    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
-    return cls(**{k: v for k, v in vars(args).items() if k in names})
+    """``cls`` (its sections too) from the flags ``add_config_arguments`` added; skipped ones at their defaults."""
+    given = {k: v for k, v in vars(args).items() if k not in skip}
+    return _built(cls, given)
+
+
+def _built(cls: type[Config], values: dict[str, Any]) -> Config:
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if section := section_class(f):
+            kwargs[f.name] = _built(section, values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
 
 
 def fail(prog: str, message: str) -> NoReturn:
@@ -87,9 +125,8 @@ def fail(prog: str, message: str) -> NoReturn:
 def config_to_argv(config: DataclassInstance) -> list[str]:
     """The command-line options that rebuild ``config`` exactly (the inverse of ``config_from_args``)."""
     argv: list[str] = []
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        flag = "--" + f.name.replace("_", "-")
+    for name, value in flag_values(config).items():
+        flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
         elif value is not None:

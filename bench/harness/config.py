@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import torch
 
 import models
 from bench.harness.paths import check_writable
+from bench.harness.sections import CheckpointOptions, KnobOptions, MeasureOptions, WorkloadOptions
 from strategies import REFERENCE, ConfigError, Launch, Strategy, build_strategy, readers, strategy_class
 from strategies.distributed import check_backend, check_per_device_launch, check_sync_batchnorm, default_backend
 from strategies.mesh import DIMS
@@ -28,7 +29,6 @@ from strategies.options import (
     PipelineOptions,
     RunOptions,
     SplitOptions,
-    group_of,
 )
 from strategies.precision import check_precision, default_precision
 
@@ -38,67 +38,66 @@ SCALINGS = ("weak", "strong")
 
 
 @dataclass(frozen=True, kw_only=True)
-class HarnessOptions:
-    """What the harness reads: the model, the measurement, the files, the training knobs."""
+class RunConfig:
+    """Everything that decides what a run computes and how it is measured, in sections (as torchtitan's
+    JobConfig): the strategy, the harness's sections (bench/harness/sections.py) and every strategy
+    option group (strategies/options.py), each held under the group's ``key``.
+
+    Each field of a section is one flag of the same name (``config.pipeline.schedule`` is
+    ``--schedule``), so the names are unique across sections; records keep the flat ``as_dict()``.
+    """
 
     strategy: str = REFERENCE
     """Parallelism strategy (see `python -m bench list`)."""
-    model: str = "cnn"
-    """Model family (mlp, cnn, rnn, transformer) or your own package.module:function."""
-    preset: str = "small"
-    """Model size: tiny (tests), small (CPU), large (GPU)."""
-    norm: str = "batch"
-    """CNN normalisation: batch, or group (exact under batch splitting)."""
-    steps: int = 10
-    """Timed optimizer steps."""
-    seed: int = 0
-    """Seed for the model's weights and the synthetic data."""
-    optimizer: str = "sgd"
-    """Optimizer: sgd (momentum 0.9) or adam."""
-    lr: float = 0.01
-    """Learning rate."""
-    out: str = "results/results.jsonl"
-    """JSON-lines file the run's record is appended to."""
-    timeout_s: float = 300.0
-    """Process-group timeout (s): a dead or stalled rank ends the run after this long."""
-    max_restarts: int = 0
-    """torchrun restarts after a failure (0 for benchmarks: a restart would be timed)."""
-    deterministic: bool = False
-    """Deterministic algorithms, TF32 off, seeds everywhere: bit-identical reruns, slower kernels."""
-    save_checkpoint: str | None = None
-    """Write the trained model here, strategy-free (loads under any strategy)."""
-    load_checkpoint: str | None = None
-    """Start from this checkpoint instead of the seed's initial weights (written under any strategy)."""
-    scaling: str | None = None
-    """Set by sweeps: weak keeps the per-device batch as devices grow, strong keeps the global batch."""
-    repeat: int = 0
-    """Set by sweeps: which repeat of its configuration this run is (each repeat is a fresh process)."""
-    profile: str | None = None
-    """Write a torch.profiler trace of the last 3 timed steps of each rank under this folder (open in Perfetto)."""
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+    knobs: KnobOptions = field(default_factory=KnobOptions)
+    checkpoint: CheckpointOptions = field(default_factory=CheckpointOptions)
+    run: RunOptions = field(default_factory=RunOptions)
+    split: SplitOptions = field(default_factory=SplitOptions)
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    mesh: MeshOptions = field(default_factory=MeshOptions)
+    buckets: BucketOptions = field(default_factory=BucketOptions)
+    ddp: DDPOptions = field(default_factory=DDPOptions)
+    fsdp: FSDPOptions = field(default_factory=FSDPOptions)
 
-    # Training knobs: every strategy, recorded in every record (--precision is a RunOptions field).
-    channels_last: bool | None = None
-    """NHWC memory format for image models (the cnn); default: on for CUDA, off for CPU."""
-    compile: bool = False
-    """torch.compile each block (every strategy but dp: its replicas would call the original's compiled code)."""
-    activation_checkpointing: bool = False
-    """Recompute each block's activations in the backward: less memory for one more forward."""
-    peak_tflops: float | None = None
-    """Peak TFLOP/s per device for MFU (default: the data sheet's for known GPUs at --precision; none on CPUs)."""
+    @classmethod
+    def from_flags(cls, **values: Any) -> RunConfig:
+        """The configuration with these flag values (named as the fields), the rest at their defaults."""
+        return cls().with_flags(**values)
 
-
-@dataclass(frozen=True, kw_only=True)
-class RunConfig(FSDPOptions, DDPOptions, BucketOptions, MeshOptions, PipelineOptions, SplitOptions, RunOptions,
-                HarnessOptions):
-    """Everything that decides what a run computes and how it is measured: the harness's options and
-    every strategy option group (strategies/options.py), flat, so that each field is one flag."""
+    def with_flags(self, **values: Any) -> RunConfig:
+        """This configuration with the flags ``values`` changed, each in its own section."""
+        unknown = set(values) - set(_SECTION_OF) - {"strategy"}
+        if unknown:
+            raise TypeError(f"RunConfig has no flag {', '.join(sorted(unknown))}")
+        changed: dict[str, Any] = {name: dataclasses.replace(getattr(self, name), **{
+            flag: value for flag, value in values.items() if _SECTION_OF.get(flag) == name})
+            for name in {_SECTION_OF[flag] for flag in values if flag != "strategy"}}
+        if "strategy" in values:
+            changed["strategy"] = values["strategy"]
+        return dataclasses.replace(self, **changed)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every flag and its value, flat: what records keep under ``config``."""
+        flat: dict[str, Any] = {"strategy": self.strategy}
+        for name in SECTIONS:
+            flat.update(dataclasses.asdict(getattr(self, name)))
+        return flat
 
     def group(self, cls: type[Group]) -> Group:
         """The option group ``cls`` of this configuration, for the strategy that reads it."""
-        return group_of(self, cls)
+        section: Group = getattr(self, cls.key)
+        return section
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)  # type: ignore[misc]
+                             if f.default_factory is not dataclasses.MISSING}
+"""Each section's attribute of RunConfig and its class, in the order of the flags."""
+
+_SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+assert len(_SECTION_OF) == sum(len(dataclasses.fields(cls)) for cls in SECTIONS.values()), \
+    "a flag named in two sections"
 
 
 def to_json(config: RunConfig) -> str:
@@ -106,7 +105,7 @@ def to_json(config: RunConfig) -> str:
 
 
 def from_json(text: str) -> RunConfig:
-    return RunConfig(**json.loads(text))
+    return RunConfig.from_flags(**json.loads(text))
 
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -124,8 +123,7 @@ def unread_groups_reset(config: RunConfig) -> RunConfig:
     """``config`` with every option group its strategy does not read back at its defaults: what a
     sweep hands each strategy of its grid, so that --bucket-cap-mb reaches ddp and spares mp."""
     reads = (RunOptions, *strategy_class(config.strategy).reads)
-    defaults: dict[str, Any] = {f.name: f.default for group in OPTION_GROUPS if group not in reads
-                                for f in dataclasses.fields(group)}
+    defaults: dict[str, Any] = {group.key: group() for group in OPTION_GROUPS if group not in reads}
     return dataclasses.replace(config, **defaults)
 
 
@@ -150,40 +148,42 @@ def resolve(config: RunConfig) -> RunConfig:
     cls = strategy_class(config.strategy)
     _check_groups(config, cls)
     gpus = gpus_available()
-    accelerator = config.accelerator
+    accelerator = config.run.accelerator
     if accelerator == "auto":
         accelerator = "cuda" if gpus else "cpu"
     if accelerator == "cuda" and gpus == 0:
         raise ConfigError("--accelerator cuda asked for, but torch sees no CUDA device on this machine")
     facts = _model_facts(config)
-    batch_size = config.batch_size or facts.default_batch_size
-    check_backend(config.backend, accelerator)
-    backend = default_backend(accelerator) if config.backend == "auto" else config.backend
-    check_precision(config.precision, accelerator)
-    precision = default_precision(accelerator) if config.precision == "auto" else config.precision
+    batch_size = config.run.batch_size or facts.default_batch_size
+    check_backend(config.run.backend, accelerator)
+    backend = default_backend(accelerator) if config.run.backend == "auto" else config.run.backend
+    check_precision(config.run.precision, accelerator)
+    precision = default_precision(accelerator) if config.run.precision == "auto" else config.run.precision
     channels_last = _channels_last(config, accelerator, facts.image_inputs)
-    resolved = dataclasses.replace(config, accelerator=accelerator, batch_size=batch_size, backend=backend,
-                                   precision=precision, channels_last=channels_last)
-    if config.deterministic and accelerator == "cuda" and (layers := ", ".join(facts.nondeterministic_on_cuda)):
-        raise ConfigError(f"--deterministic on CUDA: model {config.model!r} has {layers}, whose CUDA backward has "
-                          "no deterministic kernel (torch would raise at the first step); drop --deterministic")
-    if config.compile and cls.compile_refusal:
+    resolved = config.with_flags(accelerator=accelerator, batch_size=batch_size, backend=backend,
+                                 precision=precision, channels_last=channels_last)
+    if config.knobs.deterministic and accelerator == "cuda" and (layers := ", ".join(facts.nondeterministic_on_cuda)):
+        raise ConfigError(f"--deterministic on CUDA: model {config.workload.model!r} has {layers}, whose CUDA "
+                          "backward has no deterministic kernel (torch would raise at the first step); "
+                          "drop --deterministic")
+    if config.knobs.compile and cls.compile_refusal:
         raise ConfigError(f"--compile: strategy {config.strategy!r} cannot compile: {cls.compile_refusal}")
     if precision == "fp16" and cls.fp16_refusal:
         raise ConfigError(f"--precision fp16 {cls.fp16_refusal}")
     if cls.launch is Launch.PER_DEVICE:
         # Counted per node: under a many-node torchrun, --devices is the world, not this machine.
-        check_per_device_launch(resolved.devices, accelerator, gpus)
-    elif accelerator == "cuda" and resolved.devices > gpus:
-        raise ConfigError(f"--devices {resolved.devices} asked for, but this machine has {gpus} GPU(s)")
-    check_sync_batchnorm(config.sync_batchnorm, config.model, resolved.devices, facts.layer_types)
+        check_per_device_launch(resolved.run.devices, accelerator, gpus)
+    elif accelerator == "cuda" and resolved.run.devices > gpus:
+        raise ConfigError(f"--devices {resolved.run.devices} asked for, but this machine has {gpus} GPU(s)")
+    check_sync_batchnorm(config.ddp.sync_batchnorm, config.workload.model, resolved.run.devices, facts.layer_types)
     build_strategy(config.strategy, resolved).validate(
         ModelFacts(blocks=facts.blocks, gpus=gpus, tp_plan=facts.tp_plan, layer_types=facts.layer_types))
-    for path, flag in ((config.out, "--out"), (config.profile and Path(config.profile) / "x", "--profile"),
-                       (config.save_checkpoint, "--save-checkpoint")):
+    for path, flag in ((config.measure.out, "--out"), (config.measure.profile and Path(config.measure.profile) / "x",
+                                                       "--profile"),
+                       (config.checkpoint.save_checkpoint, "--save-checkpoint")):
         if path:
             check_writable(Path(path), flag)
-    if config.load_checkpoint:
+    if config.checkpoint.load_checkpoint:
         _check_checkpoint(resolved)
     return resolved
 
@@ -193,40 +193,42 @@ def _check_groups(config: RunConfig, cls: type[Strategy]) -> None:
     for group in OPTION_GROUPS:
         if group is RunOptions or group in cls.reads:
             continue
-        for f in dataclasses.fields(group):
-            value = getattr(config, f.name)
+        section = config.group(group)
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
             if value != f.default:
                 flag = "--" + f.name.replace("_", "-") + ("" if isinstance(value, bool) else f" {value}")
                 raise ConfigError(f"{flag} is for {', '.join(readers(group))}, not {config.strategy}")
 
 
 def _check_choices(config: RunConfig) -> None:
-    if config.preset not in models.PRESETS:
-        raise ConfigError(f"unknown preset {config.preset!r}; choose from {', '.join(models.PRESETS)}")
-    if config.norm not in models.NORMS:
-        raise ConfigError(f"unknown norm {config.norm!r}; choose from {', '.join(models.NORMS)}")
-    if config.accelerator not in ACCELERATORS:
-        raise ConfigError(f"unknown accelerator {config.accelerator!r}; choose from {', '.join(ACCELERATORS)}")
-    if config.scaling not in (None, *SCALINGS):
-        raise ConfigError(f"unknown scaling {config.scaling!r}; choose from {', '.join(SCALINGS)}")
-    if config.optimizer not in OPTIMIZERS:
-        raise ConfigError(f"unknown optimizer {config.optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
+    if config.workload.preset not in models.PRESETS:
+        raise ConfigError(f"unknown preset {config.workload.preset!r}; choose from {', '.join(models.PRESETS)}")
+    if config.workload.norm not in models.NORMS:
+        raise ConfigError(f"unknown norm {config.workload.norm!r}; choose from {', '.join(models.NORMS)}")
+    if config.run.accelerator not in ACCELERATORS:
+        raise ConfigError(f"unknown accelerator {config.run.accelerator!r}; choose from {', '.join(ACCELERATORS)}")
+    if config.measure.scaling not in (None, *SCALINGS):
+        raise ConfigError(f"unknown scaling {config.measure.scaling!r}; choose from {', '.join(SCALINGS)}")
+    if config.workload.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {config.workload.optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
     try:
-        models.resolve_builder(config.model)
+        models.resolve_builder(config.workload.model)
     except models.ModelImportError as exc:
         raise ConfigError(str(exc)) from None
 
 
 def _check_numbers(config: RunConfig) -> None:
+    flags = config.as_dict()
     for name in ("devices", "steps", "batch_size", "microbatches", "stages_per_rank", *DIMS):
-        value = getattr(config, name)
+        value = flags[name]
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     for name in ("warmup", "max_restarts", "repeat"):
-        if getattr(config, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(config, name)}")
+        if flags[name] < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be 0 or more, got {flags[name]}")
     for name in ("lr", "timeout_s", "bucket_cap_mb", "peak_tflops"):
-        value = getattr(config, name)
+        value = flags[name]
         if value is not None and not value > 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
@@ -255,7 +257,7 @@ NONDETERMINISTIC_ON_CUDA = tuple(getattr(torch.nn, name) for name in (
 
 
 def _model_facts(config: RunConfig) -> BuiltModelFacts:
-    return _facts_of(config.model, config.preset, config.norm)
+    return _facts_of(config.workload.model, config.workload.preset, config.workload.norm)
 
 
 @functools.lru_cache(maxsize=64)
@@ -279,19 +281,20 @@ def _facts_of(model: str, preset: str, norm: str) -> BuiltModelFacts:
 
 def _channels_last(config: RunConfig, accelerator: str, image_inputs: bool) -> bool:
     """Channels-last where it pays: image models on GPUs (tensor-core convolutions want NHWC)."""
-    if config.channels_last is None:
+    if config.knobs.channels_last is None:
         return image_inputs and accelerator == "cuda"
-    if config.channels_last and not image_inputs:
-        raise ConfigError(f"--channels-last applies to 4-D image inputs (the cnn); model {config.model!r} has none")
-    return config.channels_last
+    if config.knobs.channels_last and not image_inputs:
+        raise ConfigError("--channels-last applies to 4-D image inputs (the cnn); "
+                          f"model {config.workload.model!r} has none")
+    return config.knobs.channels_last
 
 
 def _check_checkpoint(config: RunConfig) -> None:
     from bench.harness.checkpoint import CheckpointError, load_checkpoint
 
     with torch.device("meta"):
-        name = models.build_model(config.model, config.preset, config.norm).name
+        name = models.build_model(config.workload.model, config.workload.preset, config.workload.norm).name
     try:
-        load_checkpoint(str(config.load_checkpoint), name, config.preset)
+        load_checkpoint(str(config.checkpoint.load_checkpoint), name, config.workload.preset)
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None

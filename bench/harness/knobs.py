@@ -18,14 +18,14 @@ from models.spec import ModelSpec
 def apply_model_knobs(spec: ModelSpec, config: RunConfig) -> None:
     """Applies ``config``'s model knobs to ``spec.blocks`` (after the FLOPs are counted: MFU counts
     the model's FLOPs, not the recomputation that checkpointing adds)."""
-    if config.channels_last:
+    if config.knobs.channels_last:
         spec.blocks.to(memory_format=torch.channels_last)  # the 4-D weights; inputs follow in the runner
     for i, block in enumerate(spec.blocks):
-        if config.activation_checkpointing:
+        if config.knobs.activation_checkpointing:
             # Non-reentrant checkpointing (the recommended kind); the wrapper's state-dict hooks
             # drop its own prefix, so parameter names stay the model's.
             block = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-        if config.compile:
+        if config.knobs.compile:
             # Per block, as torchtitan compiles per transformer block: one small graph reused by
             # every strategy and stage, and the module keeps its parameter names.
             block.compile()

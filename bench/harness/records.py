@@ -104,16 +104,16 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
     times_ms = step_times_ms(result.ranks)
     median_ms = statistics.median(times_ms)
     q1, _, q3 = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else (median_ms, 0, median_ms)
-    samples_per_s = config.global_batch / (median_ms / 1e3)
+    samples_per_s = config.run.global_batch / (median_ms / 1e3)
     losses = global_losses(result.ranks)
     flops = result.flops_per_sample
     achieved = flops * samples_per_s if flops else None
     peak: float | None
     peak_source: str | None
-    if config.peak_tflops:
-        peak, peak_source = config.peak_tflops * 1e12, "--peak-tflops"
+    if config.measure.peak_tflops:
+        peak, peak_source = config.measure.peak_tflops * 1e12, "--peak-tflops"
     else:
-        peak = peak_flops_per_s(topo.devices[0], config.precision)
+        peak = peak_flops_per_s(topo.devices[0], config.run.precision)
         peak_source = "data sheet" if peak else None
     cores = os.cpu_count() or 1
     return {
@@ -121,16 +121,16 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
         "status": "ok",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "strategy": config.strategy,
-        "model": config.model,
-        "preset": config.preset,
-        "accelerator": config.accelerator,
+        "model": config.workload.model,
+        "preset": config.workload.preset,
+        "accelerator": config.run.accelerator,
         "device_count": topo.device_count,
         "processes": topo.world_size,
         "emulated": topo.emulated,
-        "oversubscribed": config.accelerator == "cpu" and topo.world_size > cores,
+        "oversubscribed": config.run.accelerator == "cpu" and topo.world_size > cores,
         "threads_per_process": [r.threads for r in result.ranks],
-        "global_batch_size": config.batch_size,
-        "precision": config.precision,
+        "global_batch_size": config.run.batch_size,
+        "precision": config.run.precision,
         "skipped_steps": max(r.skipped_steps for r in result.ranks),
         "config": config.as_dict(),
         "step_times_ms": times_ms,
@@ -155,7 +155,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
         "peak_flops_source": peak_source,
         "mfu": achieved / (peak * topo.device_count) if achieved and peak else None,
         "strategy_fields": result.strategy_fields,
-        "deterministic": config.deterministic,
+        "deterministic": config.knobs.deterministic,
         **_machine_account(result),
         # torchrun counts its restarts; each worker of the final attempt sees the count.
         "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
@@ -198,13 +198,13 @@ def failure_record(
         "duration_s": duration_s,
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "strategy": config.strategy,
-        "model": config.model,
-        "preset": config.preset,
-        "accelerator": config.accelerator,
-        "device_count": config.devices,
-        "global_batch_size": config.batch_size,
-        "precision": config.precision,
-        "emulated": is_emulated(config.accelerator, config.devices),
+        "model": config.workload.model,
+        "preset": config.workload.preset,
+        "accelerator": config.run.accelerator,
+        "device_count": config.run.devices,
+        "global_batch_size": config.run.batch_size,
+        "precision": config.run.precision,
+        "emulated": is_emulated(config.run.accelerator, config.run.devices),
         "config": config.as_dict(),
         "env": env,
     }

@@ -79,14 +79,14 @@ class RunResult:
 def topology_for(strategy: Strategy, config: RunConfig) -> Topology:
     """Where this process sits: from torchrun's variables for PER_DEVICE strategies, else local."""
     if strategy.launch is Launch.PER_DEVICE:
-        return torchrun_topology(config.accelerator)
+        return torchrun_topology(config.run.accelerator)
     return strategy.local_topology()
 
 
 def optimizer_choice(config: RunConfig) -> OptimizerChoice:
-    if config.optimizer == "adam":
-        return OptimizerChoice(torch.optim.Adam, {"lr": config.lr})
-    return OptimizerChoice(torch.optim.SGD, {"lr": config.lr, "momentum": 0.9})
+    if config.workload.optimizer == "adam":
+        return OptimizerChoice(torch.optim.Adam, {"lr": config.workload.lr})
+    return OptimizerChoice(torch.optim.SGD, {"lr": config.workload.lr, "momentum": 0.9})
 
 
 @dataclass
@@ -111,21 +111,22 @@ class PreparedRun:
 def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> PreparedRun:
     """Sets up ``config`` (already resolved) on this process, inside its process group if it has one."""
     if topo.devices[0].type == "cuda":
-        set_tf32(config.precision)
-    if config.deterministic:
+        set_tf32(config.run.precision)
+    if config.knobs.deterministic:
         make_deterministic()
     # Same seed, same initial weights on every rank and in every strategy: the basis of
     # the equivalence checks.
-    torch.manual_seed(config.seed)
-    spec = models.build_model(config.model, config.preset, config.norm)
-    if config.load_checkpoint:
-        spec.blocks.load_state_dict(load_checkpoint(config.load_checkpoint, spec.name, config.preset))
+    torch.manual_seed(config.workload.seed)
+    spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
+    if config.checkpoint.load_checkpoint:
+        spec.blocks.load_state_dict(load_checkpoint(config.checkpoint.load_checkpoint, spec.name,
+                                                    config.workload.preset))
     flops = train_flops_per_sample(spec) if topo.rank == 0 else None
     apply_model_knobs(spec, config)
     model = strategy.prepare(spec, topo)
     optimizer = strategy.make_optimizer(model, optimizer_choice(config))
-    assert config.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
-    dataset = RandomDataset(spec, DATASET_BATCHES * config.batch_size, seed=config.seed)
+    assert config.run.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
+    dataset = RandomDataset(spec, DATASET_BATCHES * config.run.batch_size, seed=config.workload.seed)
     return PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
 
 
@@ -151,7 +152,7 @@ def train(config: RunConfig, capture_state: bool = False) -> RunResult:
     if strategy.launch is not Launch.PER_DEVICE:
         return _train(config, strategy, topo, capture_state)
     # The group outlives the run's objects (the model, its DDP reducer), which die with _train's frame.
-    with process_group(topo, config.timeout_s, config.backend):
+    with process_group(topo, config.measure.timeout_s, config.run.backend):
         return _train(config, strategy, topo, capture_state)
 
 
@@ -161,9 +162,9 @@ def _train(config: RunConfig, strategy: Strategy, topo: Topology, capture_state:
     stats.strategy_fields = strategy.rank_fields(run.model, topo)
     ranks = sorted(gather_objects(stats), key=lambda s: s.rank)
     state = None
-    if capture_state or config.save_checkpoint:
+    if capture_state or config.checkpoint.save_checkpoint:
         state = {k: v.detach().to("cpu", copy=True) for k, v in strategy.model_state(run.model).items()}
-    if config.save_checkpoint:
+    if config.checkpoint.save_checkpoint:
         assert state is not None, "captured just above whenever save_checkpoint is set"
         _save_merged(config, run, state)
     fields = strategy.record_fields(run.model, [r.strategy_fields for r in ranks])
@@ -177,8 +178,9 @@ def _save_merged(config: RunConfig, run: PreparedRun, state: dict[str, torch.Ten
         merged.update(part)
     if run.topology.rank == 0:
         ordered = {k: merged[k] for k in run.spec.blocks.state_dict()}  # the model's own key order
-        assert config.save_checkpoint is not None, "_save_merged runs only with save_checkpoint set"
-        save_checkpoint(config.save_checkpoint, ordered, run.spec.name, config.preset, config.strategy)
+        assert config.checkpoint.save_checkpoint is not None, "_save_merged runs only with save_checkpoint set"
+        save_checkpoint(config.checkpoint.save_checkpoint, ordered, run.spec.name, config.workload.preset,
+                        config.strategy)
 
 
 COMPILED_REFUSAL = "--compile: compiled blocks' kernels run past the dispatcher that torch's MemTracker watches"
@@ -188,15 +190,17 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     strategy, topo = run.strategy, run.topology
     stats = RankStats(rank=topo.rank, threads=torch.get_num_threads())
     reset_peak_memory(topo.devices)
-    assert config.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
-    batches = global_batches(run.dataset, config.batch_size, config.warmup + config.steps)
+    assert config.run.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
+    batches = global_batches(run.dataset, config.run.batch_size, config.run.warmup + config.measure.steps)
     fault = fault_for(topo.rank)
-    memory = MemoryByKind(strategy.memory_refusal() or (COMPILED_REFUSAL if config.compile else None))
-    profiled = min(PROFILED_STEPS, config.steps)
-    trace = profile_path(config.profile, run_label(config.as_dict()), topo.rank) if config.profile else None
-    profiler = step_profiler(trace, config.warmup + config.steps - profiled, profiled, topo.devices[0].type == "cuda")
+    memory = MemoryByKind(strategy.memory_refusal() or (COMPILED_REFUSAL if config.knobs.compile else None))
+    profiled = min(PROFILED_STEPS, config.measure.steps)
+    trace = profile_path(config.measure.profile, run_label(config.as_dict()),
+                         topo.rank) if config.measure.profile else None
+    profiler = step_profiler(trace, config.run.warmup + config.measure.steps - profiled, profiled,
+                             topo.devices[0].type == "cuda")
     # counted where nothing is timed, and not beside --profile's own profiler
-    counted_step = config.warmup - 1 if trace is None and run.topology.world_size > 1 else None
+    counted_step = config.run.warmup - 1 if trace is None and run.topology.world_size > 1 else None
     comm = StepBytes()
     with profiler:
         for step, (inputs, targets) in enumerate(batches):
@@ -222,12 +226,12 @@ def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tens
             fault.trigger(topo.rank)
         # Moving this process's shard to its devices stays outside the clock: the suite times
         # the strategies, not the input pipeline.
-        if config.channels_last:
+        if config.knobs.channels_last:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
         synchronize(topo.devices)
         start = time.perf_counter()
-        if step == 0 and config.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
+        if step == 0 and config.run.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
             with memory.track(run.model, run.optimizer):
                 loss = run.step(inputs, targets)
         else:
@@ -237,7 +241,7 @@ def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tens
         note_step(exc, step)  # for the one line that says where a failed run failed
         raise
     stats.losses.append(None if loss is None else float(loss))
-    if step >= config.warmup:
+    if step >= config.run.warmup:
         stats.step_times_s.append(elapsed)
     if topo.rank == 0:
         log.debug("step %d: %.1f ms", step, elapsed * 1e3)

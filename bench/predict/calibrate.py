@@ -48,13 +48,14 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     computing together. ``config`` is resolved (its batch size filled in)."""
     import torch
 
-    assert config.batch_size is not None, "calibrate takes a resolved RunConfig"
-    make_spec = functools.partial(models.build_model, config.model, config.preset, config.norm)
+    assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
+    make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
+                                  config.workload.norm)
     parallel = sorted(d for d in set(devices) if d > 1)
-    batches = sorted({*calibration_batches(config.batch_size, devices, microbatches),
+    batches = sorted({*calibration_batches(config.run.batch_size, devices, microbatches),
                       *(n for d in parallel for n in reference_batches(d))})
-    cuda = config.accelerator == "cuda"
-    calibration_arithmetic(config.precision)
+    cuda = config.run.accelerator == "cuda"
+    calibration_arithmetic(config.run.precision)
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
@@ -70,14 +71,15 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
     communication, slow, references = {}, {}, {}
     for d in parallel:
-        slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.batch_size // d), d, threads_per_process(d),
+        slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
         if d in ranks:
             communication[d], references[d] = _communication(config, d, largest, groups)
         steps.update()
     steps.close()
     env = environment()
-    calibration = Calibration(config.model, config.preset, config.norm, "fp32", config.accelerator, config.backend,
+    calibration = Calibration(config.workload.model, config.workload.preset, config.workload.norm, "fp32",
+                              config.run.accelerator, config.run.backend,
                               machine_identity(env), costs, communication, slow, env)
     # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs.
     for d, (configs, step_ms) in references.items():
@@ -101,7 +103,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
     with tempfile.TemporaryDirectory() as folder:
         references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
         on_ranks = {name: c for name, c in references.items() if not in_process(name)}
-        curves, reference_ms = measure_collectives(ranks, config.accelerator, default_sizes(largest),
+        curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)
     overlap, spread = reference_ms.pop("overlap"), reference_ms.pop("spread")

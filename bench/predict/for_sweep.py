@@ -36,13 +36,13 @@ class SweepPredictor:
 
     def env_for(self, config: RunConfig) -> dict[str, str]:
         """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
-        key = (config.model, config.preset)
+        key = (config.workload.model, config.workload.preset)
         if key not in self.calibrations or config.strategy not in predicted_strategies():
             return {}
         try:
             return handed_over(prediction_record(self.calibrations[key], config, self.sources[key]))
         except (ValueError, KeyError) as exc:  # a setting the cost models do not cover: measured, not predicted
-            log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.devices, exc)
+            log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
 
 
@@ -62,18 +62,19 @@ def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, .
     machine = machine_identity(environment())
     given = None if choice == "auto" else Calibration.load(Path(choice))
     if given is not None:
-        for key in {(c.model, c.preset) for c in configs}:
+        for key in {(c.workload.model, c.workload.preset) for c in configs}:
             try:
                 given.check_matches(machine, *key)
             except ConfigError:
                 continue
             predictor.calibrations[key], predictor.sources[key] = given, f"calibration {choice}"
         if not predictor.calibrations:
-            given.check_matches(machine, configs[0].model, configs[0].preset)  # says why it serves none
+            given.check_matches(machine, configs[0].workload.model,
+                                configs[0].workload.preset)  # says why it serves none
         return predictor
     firsts: dict[tuple[str, str], RunConfig] = {}
     for config in configs:
-        firsts.setdefault((config.model, config.preset), config)
+        firsts.setdefault((config.workload.model, config.workload.preset), config)
     for key, config in firsts.items():
         path = out.parent / f"calibration-{key[0]}-{key[1]}.json"
         calibration = _reusable(path, machine, key)
@@ -109,7 +110,8 @@ def _largest_message(config: RunConfig) -> int:
     from models.sizes import parameter_counts
 
     with torch.device("meta"):
-        parameters = sum(parameter_counts(models.build_model(config.model, config.preset, config.norm).blocks))
+        parameters = sum(parameter_counts(models.build_model(config.workload.model, config.workload.preset,
+                                                             config.workload.norm).blocks))
     size = 4 * 2**10
     while size < 4 * parameters and size < LARGEST_MESSAGE:
         size *= 4
@@ -119,6 +121,6 @@ def _largest_message(config: RunConfig) -> int:
 def pipeline_predictor(choice: str, config: RunConfig, out: Path) -> tuple[Calibration, str] | None:
     """The calibration ``bench fidelity`` explains pp-vs-mp with (``config``: that comparison's, on 2
     devices with 4 and 8 micro-batches), as ``choice`` asks; None for ``none``."""
-    predictor = sweep_predictor(choice, [config], (1, config.devices), (4, 8), out)
-    key = (config.model, config.preset)
+    predictor = sweep_predictor(choice, [config], (1, config.run.devices), (4, 8), out)
+    key = (config.workload.model, config.workload.preset)
     return (predictor.calibrations[key], predictor.sources[key]) if key in predictor.calibrations else None

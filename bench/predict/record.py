@@ -24,20 +24,21 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
         raise ValueError(f"the run's {mismatch}: its blocks were timed in other arithmetic; calibrate in the "
                          "run's knobs or predict only runs that share the calibration's")
     scenario = scenario_for(config)
-    step = predict_step(calibration, scenario, optimizer_states(config.optimizer))
+    step = predict_step(calibration, scenario, optimizer_states(config.workload.optimizer))
     memory = predict_memory(calibration.blocks(threads_per_process(scenario.devices)), scenario,
-                            optimizer_states(config.optimizer),
+                            optimizer_states(config.workload.optimizer),
                             getattr(calibration, "compute_bytes", 4))  # a GPU profile's precision
     return {
         "record_version": RECORD_VERSION, "kind": "prediction", "status": "ok",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "strategy": config.strategy, "model": config.model, "preset": config.preset,
-        "device_count": config.devices, "global_batch_size": config.batch_size, "accelerator": config.accelerator,
+        "strategy": config.strategy, "model": config.workload.model, "preset": config.workload.preset,
+        "device_count": config.run.devices, "global_batch_size": config.run.batch_size,
+        "accelerator": config.run.accelerator,
         "config": dataclasses.asdict(scenario),
         "predicted_step_time_ms": step.step_ms,
         # the calibration's own spread where the run's processes run (Calibration.spread_for); None: a profile's
         "predicted_step_time_ms_interval": _interval(calibration, config, step.step_ms),
-        "predicted_samples_per_s": config.global_batch / step.step_ms * 1e3,
+        "predicted_samples_per_s": config.run.global_batch / step.step_ms * 1e3,
         "predicted_compute_ms": step.compute_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,
         "predicted_update_ms": step.update_ms, "predicted_bubble": step.bubble,
         "predicted_memory_by_kind": memory, "compute_source": source, "notes": step.notes,
@@ -52,6 +53,6 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str) -
 def _interval(calibration: CostSource, config: RunConfig, step_ms: float) -> list[float] | None:
     if not isinstance(calibration, Calibration):
         return None
-    spread = calibration.spread_for(config.devices if strategy_class(config.strategy).launch == Launch.PER_DEVICE
+    spread = calibration.spread_for(config.run.devices if strategy_class(config.strategy).launch == Launch.PER_DEVICE
                                     else 1)
     return [step_ms * (1 - spread), step_ms * (1 + spread)]

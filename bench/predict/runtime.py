@@ -20,7 +20,6 @@ zero1 and tp than predicted on the 2-core VM.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -50,7 +49,8 @@ FITTED_FIELDS = ("strategy", "model", "preset", "norm", "devices", "batch_size",
 
 def fitted_key(config: RunConfig) -> str:
     """The name of ``config``'s configuration among the runs a calibration was fitted on."""
-    return json.dumps({name: getattr(config, name) for name in FITTED_FIELDS}, sort_keys=True)
+    flags = config.as_dict()
+    return json.dumps({name: flags[name] for name in FITTED_FIELDS}, sort_keys=True)
 
 
 def fitted(calibration: object, config: RunConfig) -> bool | None:
@@ -71,18 +71,19 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, 
     (``CostModel.reference_options``), in the registry's order (zero1's residual is what it costs beyond
     ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, a global batch of
     ``ranks * MICROBATCHES``, the default options."""
-    base = RunConfig(out=out, accelerator=calibrated.accelerator, backend=calibrated.backend,
-                     optimizer=calibrated.optimizer, precision="fp32", model=calibrated.model,
-                     preset=calibrated.preset, norm=calibrated.norm, batch_size=ranks * MICROBATCHES,
-                     steps=REFERENCE_STEPS, warmup=2, devices=ranks)
+    workload = calibrated.workload
+    base = RunConfig.from_flags(out=out, accelerator=calibrated.run.accelerator, backend=calibrated.run.backend,
+                                optimizer=workload.optimizer, precision="fp32", model=workload.model,
+                                preset=workload.preset, norm=workload.norm, batch_size=ranks * MICROBATCHES,
+                                steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
     for name in predicted_strategies():
-        # RunConfig's options by field name, which mypy cannot match to their fields; resolve checks them
+        # flags by name, which mypy cannot match to their sections: with_flags and resolve check them
         extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, MICROBATCHES)
         if extra is None:
             continue
         try:
-            configs[name] = resolve(dataclasses.replace(base, strategy=name, **extra))
+            configs[name] = resolve(base.with_flags(strategy=name, **extra))
         except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than ranks): never predicted
             continue
     return configs
@@ -99,7 +100,7 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
             continue
         scenario = scenario_for(config)
         predicted = predict_step(calibration.with_runtime(ranks, found), scenario,
-                                 optimizer_states(config.optimizer)).step_ms
+                                 optimizer_states(config.workload.optimizer)).step_ms
         units = model.runtime_units(scenario, len(calibration.blocks(1)))
         found = RuntimeOverheads(found, **{model.residual: max(0.0, step_ms[name] - predicted) / max(1, units)})
     return found

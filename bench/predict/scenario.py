@@ -12,7 +12,8 @@ __all__ = ["Scenario", "scenario_for"]
 def scenario_for(config: RunConfig) -> Scenario:
     """The cost-relevant options of a resolved run configuration; ValueError where its strategy has no model
     for it."""
-    common = Scenario(config.strategy, config.devices, config.global_batch, config.microbatches, config.schedule,
-                      config.stages_per_rank, config.balance, config.bucket_cap_mb, config.reshard_after_forward,
-                      config.dp, config.pp)
-    return cost_model(config.strategy).specialise(common, config, config.model, config.preset, config.norm)
+    run, pipeline, workload = config.run, config.pipeline, config.workload
+    common = Scenario(config.strategy, run.devices, run.global_batch, config.split.microbatches, pipeline.schedule,
+                      pipeline.stages_per_rank, config.split.balance, config.buckets.bucket_cap_mb,
+                      config.fsdp.reshard_after_forward, config.mesh.dp, config.mesh.pp)
+    return cost_model(config.strategy).specialise(common, config, workload.model, workload.preset, workload.norm)

@@ -15,7 +15,8 @@ def knob_mismatch(calibration: Calibration, config: RunConfig) -> str | None:
     A bf16, channels-last or compiled run predicted from fp32 eager timings would compare different
     arithmetic, and its ``prediction_error`` would mean nothing: such runs are left unpredicted."""
     calibrated = {"precision": calibration.precision, **CALIBRATED_KNOBS}
-    run = {"precision": config.precision, "channels_last": bool(config.channels_last), "compile": config.compile}
+    run = {"precision": config.run.precision, "channels_last": bool(config.knobs.channels_last),
+           "compile": config.knobs.compile}
     differ = [f"{knob} {run[knob]} (calibrated: {calibrated[knob]})" for knob in calibrated
               if run[knob] != calibrated[knob]]
     return ", ".join(differ) or None

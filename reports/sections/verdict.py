@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -21,7 +20,7 @@ LEFT_OUT_OF_COMMANDS = {"out", "repeat", "profile", "save_checkpoint", "load_che
 
 def command(config: dict[str, Any]) -> str:
     """The ``bench run`` that runs ``config`` again: every field that differs from RunConfig's default."""
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    defaults = RunConfig().as_dict()
     always = ("strategy", "model", "preset", "devices", "batch_size")
     parts = ["python -m bench run"]
     for name, value in config.items():

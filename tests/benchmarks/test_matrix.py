@@ -56,7 +56,7 @@ def test_step(benchmark, case: Case, bench_options: dict, single_throughput: dic
     strategy = build_strategy(config.strategy, config)
     run = prepared_run(config, strategy, strategy.local_topology())
     shards = itertools.cycle(
-        [strategy.shard_batch(x, y, run.topology) for x, y in global_batches(run.dataset, config.batch_size, 4)]
+        [strategy.shard_batch(x, y, run.topology) for x, y in global_batches(run.dataset, config.run.batch_size, 4)]
     )
 
     def next_shard() -> tuple[tuple, dict]:  # outside the clock, like the runner's sharding
@@ -90,10 +90,10 @@ def test_torchrun_launch(benchmark, case: Case, bench_options: dict, single_thro
                     "tests/test_benchmark_flag.py times a launch")
     out = tmp_path / "r.jsonl"
     config = _resolved(case, bench_options["steps"], bench_options["warmup"], out)
-    command, env = child_command(["run", *config_to_argv(config)], True, config.devices, config.accelerator)
+    command, env = child_command(["run", *config_to_argv(config)], True, config.run.devices, config.run.accelerator)
 
     def launch() -> None:
-        subprocess.run(command, env=env, check=True, capture_output=True, timeout=config.timeout_s + 120)
+        subprocess.run(command, env=env, check=True, capture_output=True, timeout=config.measure.timeout_s + 120)
 
     benchmark.group = f"{case.model}/{case.preset}"  # read when the timing starts
     benchmark.pedantic(launch, rounds=1, iterations=1)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 import models
@@ -15,7 +13,7 @@ __all__ = ["ATOL", "RTOL", "assert_matches_reference", "initial_state", "referen
 
 def reference(config: RunConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Losses and final parameters of ``config`` trained by the ``single`` strategy."""
-    single = resolve(unread_groups_reset(dataclasses.replace(config, strategy="single", devices=1)))
+    single = resolve(unread_groups_reset(config.with_flags(strategy="single", devices=1)))
     result = train(single, capture_state=True)
     return global_losses(result.ranks), result.model_state
 
@@ -37,8 +35,8 @@ def assert_matches_reference(
 
 def initial_state(config: RunConfig) -> dict[str, torch.Tensor]:
     """The weights every strategy starts ``config`` from (the seed's, as the runner builds them)."""
-    torch.manual_seed(config.seed)
-    blocks = models.build_model(config.model, config.preset, config.norm).blocks
+    torch.manual_seed(config.workload.seed)
+    blocks = models.build_model(config.workload.model, config.workload.preset, config.workload.norm).blocks
     return {k: v.detach().clone() for k, v in blocks.state_dict().items()}
 
 

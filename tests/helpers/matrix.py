@@ -52,6 +52,6 @@ def cases(config: pytest.Config) -> list[Case]:
 
 
 def base_config(case: Case, steps: int, warmup: int, out: str) -> RunConfig:
-    return RunConfig(strategy=case.strategy, model=case.model, preset=case.preset, devices=case.devices,
-                     steps=steps, warmup=warmup, out=out, microbatches=checked_microbatches(case.strategy),
-                     precision=case.precision, compile=case.compile)
+    return RunConfig.from_flags(strategy=case.strategy, model=case.model, preset=case.preset, devices=case.devices,
+                                steps=steps, warmup=warmup, out=out, microbatches=checked_microbatches(case.strategy),
+                                precision=case.precision, compile=case.compile)

@@ -4,7 +4,6 @@ median step times."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -109,19 +108,20 @@ def _alternated(
 
 def single_vs_plain_loop(config: RunConfig, rounds: int) -> Comparison:
     """The ``single`` strategy's median step time against the tutorial loop's, same model and batch."""
-    config = dataclasses.replace(config, strategy=REFERENCE, optimizer="sgd", lr=0.01)
-    batch_size = config.batch_size
+    config = config.with_flags(strategy=REFERENCE, optimizer="sgd", lr=0.01)
+    batch_size = config.run.batch_size
     assert batch_size is not None, "config comes resolved (resolve fills in batch_size)"
-    device = "cuda" if config.accelerator == "cuda" else "cpu"
+    device = "cuda" if config.run.accelerator == "cuda" else "cpu"
     times = _alternated({
         "suite": lambda: train(config).ranks[0].step_times_s,
-        "plain": lambda: plain_step_times(config.model, config.preset, batch_size, config.steps,
-                                          config.warmup, config.seed, device),
+        "plain": lambda: plain_step_times(config.workload.model, config.workload.preset, batch_size,
+                                          config.measure.steps,
+                                          config.run.warmup, config.workload.seed, device),
     }, rounds)
     return Comparison.from_rounds(
         "single-vs-plain-loop",
         "single vs plain PyTorch loop",
-        Setup(config.model, config.preset, 1, config.accelerator, batch_size),
+        Setup(config.workload.model, config.workload.preset, 1, config.run.accelerator, batch_size),
         times["suite"],
         times["plain"],
         tolerance=0.02,
@@ -148,10 +148,10 @@ def fsdp_fidelity_config(config: RunConfig) -> RunConfig | None:
 
 
 def _two_process_config(config: RunConfig, strategy: str) -> RunConfig | None:
-    if config.accelerator == "cuda" and torch.cuda.device_count() < PROCESSES:
+    if config.run.accelerator == "cuda" and torch.cuda.device_count() < PROCESSES:
         log.warning("%s comparison skipped: it needs %d GPUs", strategy, PROCESSES)
         return None
-    return resolve(dataclasses.replace(config, strategy=strategy, devices=PROCESSES, optimizer="sgd", lr=0.01))
+    return resolve(config.with_flags(strategy=strategy, devices=PROCESSES, optimizer="sgd", lr=0.01))
 
 
 def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
@@ -161,12 +161,12 @@ def ddp_vs_plain_ddp(config: RunConfig, rounds: int) -> Comparison:
     process group, alternating round by round; each side's step time is the slowest rank's per
     step, as in the suite's records.
     """
-    assert config.batch_size is not None, "ddp_fidelity_config resolves config (resolve fills in batch_size)"
+    assert config.run.batch_size is not None, "ddp_fidelity_config resolves config (resolve fills in batch_size)"
     suite, plain = _side_by_side(config, rounds, plain_ddp_step_times)
     return Comparison.from_rounds(
         "ddp-vs-plain-ddp",
         f"ddp vs plain DDP script ({PROCESSES} processes)",
-        Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
+        Setup(config.workload.model, config.workload.preset, PROCESSES, config.run.accelerator, config.run.batch_size),
         suite,
         plain,
         tolerance=0.03,
@@ -179,13 +179,13 @@ def fsdp_vs_plain_fsdp(config: RunConfig, rounds: int) -> Comparison:
     # Imported here, as strategies/fsdp.py imports FSDP2: a second of import every bench process would pay.
     from bench.experiments.baselines.plain_fsdp import plain_fsdp_step_times
 
-    assert config.batch_size is not None, "fsdp_fidelity_config resolves config (resolve fills in batch_size)"
-    script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.reshard_after_forward)
+    assert config.run.batch_size is not None, "fsdp_fidelity_config resolves config (resolve fills in batch_size)"
+    script = functools.partial(plain_fsdp_step_times, reshard_after_forward=config.fsdp.reshard_after_forward)
     suite, plain = _side_by_side(config, rounds, script)
     return Comparison.from_rounds(
         "fsdp-vs-plain-fsdp",
         f"fsdp vs plain FSDP2 script ({PROCESSES} processes)",
-        Setup(config.model, config.preset, PROCESSES, config.accelerator, config.batch_size),
+        Setup(config.workload.model, config.workload.preset, PROCESSES, config.run.accelerator, config.run.batch_size),
         suite,
         plain,
         tolerance=0.03,
@@ -205,19 +205,20 @@ def _side_by_side(
 def _worker(rank: int, config: RunConfig, rounds: int, folder: str, script: PlainStepTimes) -> None:
     world = PROCESSES
     become_rank(rank, world, folder)
-    topo = torchrun_topology(config.accelerator)
-    if config.accelerator == "cpu":
+    topo = torchrun_topology(config.run.accelerator)
+    if config.run.accelerator == "cpu":
         torch.set_num_threads(threads_per_process(world))  # as the launcher sets it for `bench run`
 
     def plain() -> list[float]:
-        assert config.batch_size is not None, "_side_by_side's config is resolved (resolve fills in batch_size)"
-        mine = script(config.model, config.preset, config.batch_size, config.steps, config.warmup,
-                      config.seed, str(topo.devices[0]))
+        assert config.run.batch_size is not None, "_side_by_side's config is resolved (resolve fills in batch_size)"
+        mine = script(config.workload.model, config.workload.preset, config.run.batch_size, config.measure.steps,
+                      config.run.warmup,
+                      config.workload.seed, str(topo.devices[0]))
         return [max(step) for step in zip(*gather_objects(mine), strict=True)]
 
     # One group for every round of both sides: the strategies keep a group they did not make. Leaving,
     # it collects what still holds the group first (fully_shard's models live on in reference cycles).
-    with process_group(topo, config.timeout_s):
+    with process_group(topo, config.measure.timeout_s):
         measure = {"suite": lambda: [t / 1e3 for t in step_times_ms(train(config).ranks)], "plain": plain}
         times = _alternated(measure, rounds, progress=rank == 0)
     if rank == 0:

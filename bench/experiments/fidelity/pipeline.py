@@ -139,10 +139,10 @@ class PipelineSpeedup(FigureAndLine):
 def pipeline_config(config: RunConfig) -> RunConfig:
     """The configuration both sides of pp-vs-mp share (``config``'s other options): mlp small on CPUs,
     mlp large on GPUs (``CUDA_PRESET``)."""
-    cuda = config.accelerator == "cuda"
-    return dataclasses.replace(config, model="mlp", preset=CUDA_PRESET if cuda else "small",
-                               batch_size=CUDA_PP_BATCH if cuda else PP_BATCH, balance="params",
-                               devices=PP_STAGES, optimizer="sgd", lr=0.01)
+    cuda = config.run.accelerator == "cuda"
+    return config.with_flags(model="mlp", preset=CUDA_PRESET if cuda else "small",
+                             batch_size=CUDA_PP_BATCH if cuda else PP_BATCH, balance="params",
+                             devices=PP_STAGES, optimizer="sgd", lr=0.01)
 
 
 def mp_microbatches(accelerator: str, microbatches: int) -> int:
@@ -175,8 +175,8 @@ def pipeline_sides(accelerator: str, per_rank: int, all_threads: int) -> dict[st
 def side_config(base: RunConfig, side: str, microbatches: int) -> RunConfig:
     """The (unresolved) configuration of one side of the round for pp's ``microbatches``."""
     if side == PIPELINED:
-        return dataclasses.replace(base, strategy=PIPELINED, microbatches=microbatches)
-    return dataclasses.replace(base, strategy=IN_TURN, microbatches=mp_microbatches(base.accelerator, microbatches))
+        return base.with_flags(strategy=PIPELINED, microbatches=microbatches)
+    return base.with_flags(strategy=IN_TURN, microbatches=mp_microbatches(base.run.accelerator, microbatches))
 
 
 def pp_vs_mp(
@@ -202,20 +202,20 @@ def pp_vs_mp(
     # (micro-batches of 8) every micro-batch's weight-gradient traffic dominated: mp itself slowed from
     # 136 to 221 ms going from M=4 to 8, and pp reached 65% of the ideal against 80% at 256.
     base = pipeline_config(config)
-    assert base.batch_size is not None, "pipeline_config sets batch_size"
-    setup = Setup(base.model, base.preset, PP_STAGES, base.accelerator, base.batch_size)
-    per_rank = threads_per_process(PP_STAGES) if config.accelerator == "cpu" else torch.get_num_threads()
-    sides = pipeline_sides(base.accelerator, per_rank, torch.get_num_threads())
+    assert base.run.batch_size is not None, "pipeline_config sets batch_size"
+    setup = Setup(base.workload.model, base.workload.preset, PP_STAGES, base.run.accelerator, base.run.batch_size)
+    per_rank = threads_per_process(PP_STAGES) if config.run.accelerator == "cpu" else torch.get_num_threads()
+    sides = pipeline_sides(base.run.accelerator, per_rank, torch.get_num_threads())
     mp_times, pp_rounds = _pipeline_rounds(base, sides, rounds, microbatches)
     speedups = []
     labels = {IN_TURN: (f"{per_rank} thread(s), as one pp rank", SPEEDUP_TARGET),
               ON_ALL_CORES: (f"{sides.get(ON_ALL_CORES)} threads", None)}
-    if base.accelerator == "cuda":
+    if base.run.accelerator == "cuda":
         labels[IN_TURN] = ("one micro-batch (CUDA overlaps mp's micro-batches)", SPEEDUP_TARGET)
     for m in microbatches:
         pp_times = [r.step_times_ms for r in pp_rounds[m]]
         pp_ms = statistics.median(t for r in pp_times for t in r)
-        mp_m = mp_microbatches(base.accelerator, m)
+        mp_m = mp_microbatches(base.run.accelerator, m)
         for side in (s for s in sides if s != PIPELINED):
             label, target = labels[side]
             name = f"pp vs mp, {PP_STAGES} stages, M={m}, mp on {label}"
@@ -229,7 +229,7 @@ def pp_vs_mp(
             speedups.append(PipelineSpeedup(name, setup, m, sides[side], pp_ms, mp_ms, ideal_speedup(PP_STAGES, m),
                                             target, interval, predicted, predictor[1] if predictor else None,
                                             mp_microbatches=mp_m))
-    return speedups, bubble_checks(pp_rounds, setup, base.schedule)
+    return speedups, bubble_checks(pp_rounds, setup, base.pipeline.schedule)
 
 
 def _pipeline_rounds(
@@ -256,7 +256,7 @@ def _pipeline_rounds(
                         if side == PIPELINED:
                             for inbox in inboxes:
                                 inbox.put(config)
-                            pp_rounds[m].append(outbox.get(timeout=base.timeout_s))
+                            pp_rounds[m].append(outbox.get(timeout=base.measure.timeout_s))
                         else:
                             mp_times[side, m].append(_mp_step_times(config, sides[side]))
                 log.info("round %d/%d done", r + 1, rounds)
@@ -288,7 +288,7 @@ def _pp_worker(
     try:
         while (config := inbox.get()) is not None:
             if not group_made:
-                init_process_group(torchrun_topology(config.accelerator), config.timeout_s)  # pp keeps it
+                init_process_group(torchrun_topology(config.run.accelerator), config.measure.timeout_s)  # pp keeps it
                 group_made = True
             result = train(config)
             if rank == 0:

@@ -153,7 +153,7 @@ def fidelity_record(
         **result.record_fields(),
         "figure": result.figure,
         "rounds": rounds,
-        "steps_per_round": config.steps,
-        "warmup_steps": config.warmup,
+        "steps_per_round": config.measure.steps,
+        "warmup_steps": config.run.warmup,
         "env": env,
     }

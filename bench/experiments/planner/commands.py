@@ -3,7 +3,6 @@ every node runs, and a Slurm line that starts them."""
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from dataclasses import dataclass
 
@@ -27,13 +26,12 @@ class Commands:
 
 def run_flags(config: RunConfig) -> list[str]:
     """``bench run`` flags that rebuild ``config``: the essentials, then every setting not at its default."""
-    default = RunConfig()
+    default = RunConfig().as_dict()
     flags: list[str] = []
-    for f in dataclasses.fields(RunConfig):
-        value = getattr(config, f.name)
-        if f.name in NEVER or (f.name not in ALWAYS and value == getattr(default, f.name)) or value is None:
+    for name, value in config.as_dict().items():
+        if name in NEVER or (name not in ALWAYS and value == default[name]) or value is None:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = "--" + name.replace("_", "-")
         flags += ([flag] if value else ["--no-" + flag[2:]]) if isinstance(value, bool) else [flag, str(value)]
     return flags
 
@@ -43,9 +41,9 @@ def commands(config: RunConfig, gpus_per_node: int) -> Commands:
     flags = shlex.join(run_flags(config))
     bench = f"python -m bench run {flags}"
     per_device = strategy_class(config.strategy).launch is Launch.PER_DEVICE
-    if not per_device or config.devices <= gpus_per_node:
+    if not per_device or config.run.devices <= gpus_per_node:
         return Commands(bench, None, None)
-    nodes = -(-config.devices // gpus_per_node)
+    nodes = -(-config.run.devices // gpus_per_node)
     rendezvous = f"--nproc-per-node {gpus_per_node} --rdzv-backend c10d --rdzv-endpoint \"$HEAD:29500\""
     torchrun = f"torchrun --nnodes {nodes} --node-rank \"$NODE_RANK\" {rendezvous} -m bench run {flags}"
     slurm = (f"srun --nodes {nodes} --ntasks-per-node 1 --gpus-per-node {gpus_per_node} "

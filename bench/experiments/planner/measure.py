@@ -51,10 +51,10 @@ def measure(chosen: list[Candidate], out: Path, repeats: int, steps: int, warmup
             timeout_s: float, verify_steps: int = 3) -> list[Measured]:
     """Runs every chosen candidate ``repeats`` times into ``out`` (a sweep's file: rows already there count), and
     ``bench verify``'s check of each against ``single`` (``verify_steps`` 0: none)."""
-    configs = [dataclasses.replace(c.config, out=str(out), steps=steps, warmup=warmup) for c in chosen]
-    sweep = SweepConfig(strategies=tuple({c.strategy for c in configs}), models=(configs[0].model,),
-                        devices=(configs[0].devices,), base=configs[0], repeats=repeats, run_timeout_s=timeout_s)
-    runs = [PlannedRun(dataclasses.replace(c, repeat=r)) for r in range(repeats) for c in configs]
+    configs = [c.config.with_flags(out=str(out), steps=steps, warmup=warmup) for c in chosen]
+    sweep = SweepConfig(strategies=tuple({c.strategy for c in configs}), models=(configs[0].workload.model,),
+                        devices=(configs[0].run.devices,), base=configs[0], repeats=repeats, run_timeout_s=timeout_s)
+    runs = [PlannedRun(c.with_flags(repeat=r)) for r in range(repeats) for c in configs]
     execute(sweep, runs)
     verdicts = [verify_run(c.config, verify_steps, timeout_s) if verify_steps else {}
                 for c in tqdm(chosen, desc="verify", unit="candidate", file=sys.stderr, disable=None)]

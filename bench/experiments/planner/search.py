@@ -7,7 +7,6 @@ other are a tie: the predictor's own error (see docs/predictor.md) is larger tha
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections import Counter
@@ -86,13 +85,13 @@ def search(space: SearchSpace, base: RunConfig, source: CostSource, label: str, 
     for config in progress(list(candidates(space, base))):
         result.weighed += 1
         # tf32 is a CUDA mode this machine's rules refuse; every rule the runner checks treats it as fp32.
-        checked = dataclasses.replace(config, precision="fp32") if config.precision == "tf32" else config
+        checked = config.with_flags(precision="fp32") if config.run.precision == "tf32" else config
         try:
             resolved = resolve(checked)
         except ConfigError as exc:
             result.refused[_reason(str(exc))] += 1
             continue
-        if STRATEGIES[resolved.strategy].needs_gpus and resolved.accelerator != "cuda":
+        if STRATEGIES[resolved.strategy].needs_gpus and resolved.run.accelerator != "cuda":
             result.refused[f"{resolved.strategy} without GPUs runs on one device (a pass-through)"] += 1
             continue
         key = json.dumps({k: v for k, v in sorted(resolved.as_dict().items()) if k != "out"})

@@ -9,7 +9,6 @@ where the schedule takes them); every other rule is the runner's own, applied by
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,6 +94,6 @@ def candidates(space: SearchSpace, base: RunConfig) -> Iterator[RunConfig]:
             split_axes = _pipeline_axes(space, pipelined, PipelineOptions in cls.reads)
             for split, reshard in itertools.product(split_axes, reshards):
                 changes = {**mesh, **split, **reshard}
-                yield dataclasses.replace(base, strategy=name, model=space.model, preset=space.preset,
-                                          devices=space.devices, batch_size=space.global_batch, norm=space.norm,
-                                          precision=space.precision, **changes)
+                yield base.with_flags(strategy=name, model=space.model, preset=space.preset,
+                                      devices=space.devices, batch_size=space.global_batch, norm=space.norm,
+                                      precision=space.precision, **changes)
