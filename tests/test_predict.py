@@ -415,13 +415,20 @@ def test_the_pipeline_gap_starts_at_the_ideal_and_ends_at_the_full_prediction() 
 
 
 def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> None:
-    from strategies.action_tables import Action, SimulatedSpan
-    from strategies.pipeline_cost import _beside
+    from strategies.action_tables import Action, SimulatedSpan, action_table, simulate
+    from strategies.pipeline_cost import ranks_at_work
+    from strategies.schedules import available_schedules, schedule_info
 
     alone = SimulatedSpan(0, Action(0, "F", 0), 0.0, 2.0)
     half_shared = SimulatedSpan(1, Action(1, "F", 0), 1.0, 3.0)
-    assert _beside(alone, [alone]) == 1.0
-    assert _beside(alone, [alone, half_shared]) == 1.5  # the other rank works during half of it
+    assert ranks_at_work([alone]) == {alone.action: 1.0}
+    assert ranks_at_work([alone, half_shared])[alone.action] == 1.5  # the other rank works during half of it
+    # on a real timeline, what each span overlaps of every other, summed directly
+    spans = simulate(action_table(schedule_info("1f1b", available_schedules()), 3, 1, 5),
+                     lambda a: 1.0 + 0.5 * a.stage + (a.kind == "B"), lambda a: 0.25)
+    direct = {s.action: sum(max(0.0, min(s.end, o.end) - max(s.start, o.start)) for o in spans) / (s.end - s.start)
+              for s in spans}
+    assert ranks_at_work(spans) == pytest.approx(direct)
     calibration = dataclasses.replace(_calibration(2), slowdown={2: 1.5, 4: 3.0})
     assert calibration.slowdown_for(1.5) == pytest.approx(1.25)  # straight between 1 (alone) and 2
     assert calibration.slowdown_for(3) == pytest.approx(2.25) and calibration.slowdown_for(8) == pytest.approx(6.0)
