@@ -43,6 +43,9 @@ class Scenario:
     reshard_after_forward: bool = True
     dp: int | None = None
     pp: int | None = None
+    dp_shard: int | None = None
+    tp: int | None = None
+    """hybrid's degrees (strategies/mesh.py); None outside hybrid."""
     tp_blocks: tuple[int, ...] = ()
     """tp: the blocks its plan shards, each with one all-reduce pair per row-wise layer (``tp_pairs``)
     and ``tp_layers`` layers the plan parallelizes."""
@@ -101,7 +104,10 @@ class CostSource(Protocol):
     def copy_ms(self, threads: int, size: float) -> float: ...
     def overhead_ms(self, threads: int, samples: float) -> float: ...
     def slowdown_for(self, processes: float) -> float: ...
-    def collective_ms(self, operation: str, size: float, ranks: int) -> float: ...
+    def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
+        """``operation`` over a group of ``ranks`` global ranks ``stride`` apart (a mesh dimension inside
+        others: hybrid's dp_shard group strides over its pp x tp ranks), which decides how many nodes it spans."""
+        ...
     def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
         """One point-to-point transfer between global ranks ``sender`` and ``receiver`` (a pipeline's
         neighbours): the link depends on whether they share a node."""

@@ -49,20 +49,22 @@ def stage_blocks(blocks: Sequence[BlockCosts], balance: str, stages: int, sample
 
 
 def largest_stage(blocks: Sequence[BlockCosts], scenario: Scenario, states: int, replicas: int,
-                  all_in_flight: bool) -> dict[str, int]:
-    """{kind: bytes} of the pipeline rank that holds the most: its stages' state, and the activations of the
+                  all_in_flight: bool, model: PipelineCost | None = None) -> dict[str, int]:
+    """{kind: bytes} of the pipeline rank that holds the most: its stages' state (what ``model`` says one
+    rank holds of them: all of it but for hybrid's tp and FSDP shards), and the activations of the
     micro-batches in flight (all m under GPipe's fill and drain, at most p - rank under the others)."""
-    ranks = scenario.devices // replicas
+    tp = model.tensor_parallel(scenario) if model else 1
+    ranks = scenario.devices // (replicas * tp)
     m = scenario.microbatches
     micro = scenario.global_batch / replicas / m
     stages = stage_blocks(blocks, scenario.balance, ranks * scenario.stages_per_rank, micro)
     best: dict[str, int] = {}
     for rank in range(ranks):
         mine = [i for s in range(rank, len(stages), ranks) for i in stages[s]]
-        held = sum(blocks[i].parameters for i in mine)
+        held = model.local_parameters(blocks, mine, scenario) if model else sum(blocks[i].parameters for i in mine)
         in_flight = m if all_in_flight else min(m, ranks - rank)
         kinds = by_kind(held, held, states * held, sum(blocks[i].saved_bytes_per_sample for i in mine) * micro
-                        * in_flight)
+                        * in_flight, **(model.gathered(blocks, mine, scenario) if model else {}))
         if kinds["total"] > best.get("total", -1):
             best = kinds
     return best
@@ -99,6 +101,29 @@ class PipelineCost(CostModel):
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         return {"microbatches": microbatches}
 
+    def tensor_parallel(self, scenario: Scenario) -> int:
+        """Ranks each stage's layers are split over (hybrid's tp degree)."""
+        return 1
+
+    def compute_share(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario,
+                      samples: float) -> float:
+        """The share of blocks ``ids``' compute one rank of their stage does (hybrid's tp divides some)."""
+        return 1.0
+
+    def action_communication_ms(self, costs: CostSource, scenario: Scenario, blocks: Sequence[BlockCosts],
+                                ids: Sequence[int], samples: float) -> tuple[float, float]:
+        """The collectives inside one forward and one backward action of the stage holding blocks ``ids``
+        (hybrid's tp all-reduces and FSDP all-gathers); none in a plain pipeline."""
+        return 0.0, 0.0
+
+    def local_parameters(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario) -> float:
+        """The parameters of blocks ``ids`` one rank holds between steps (all of them in a plain pipeline)."""
+        return sum(blocks[i].parameters for i in ids)
+
+    def gathered(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario) -> dict[str, float]:
+        """Extra memory kinds (``by_kind``'s keywords) a rank holding blocks ``ids`` has at its peak."""
+        return {}
+
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         # F and B of each micro-batch on each stage of a one-stage-per-rank pipeline: 2 (m + p - 1) clock
         # cycles' actions on the longest rank
@@ -106,23 +131,29 @@ class PipelineCost(CostModel):
 
     def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                gathered_bytes: int = FP32) -> dict[str, int]:
-        return largest_stage(blocks, scenario, states, self.replicas(scenario), scenario.schedule == "gpipe")
+        return largest_stage(blocks, scenario, states, self.replicas(scenario), scenario.schedule == "gpipe", self)
 
     def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
         replicas = self.replicas(scenario)
-        ranks = scenario.devices // replicas
+        ranks = scenario.devices // (replicas * self.tensor_parallel(scenario))
         m, v = scenario.microbatches, scenario.stages_per_rank
         threads = scenario.threads or threads_per_process(scenario.devices)
         blocks, all_at_work = costs.blocks(threads), costs.slowdown_for(scenario.devices)
         samples = scenario.global_batch / replicas / m
         parts = stage_blocks(blocks, scenario.balance, ranks * v, samples)
-        times = [whole_pass(blocks, part, samples) for part in parts]
-        splits = [split_pass(blocks, part, samples) for part in parts]
+        shares = [self.compute_share(blocks, part, scenario, samples) for part in parts]
+        times = [tuple(t * share for t in whole_pass(blocks, part, samples))
+                 for part, share in zip(parts, shares, strict=True)]
+        splits = [None if split is None else tuple(t * share for t in split)
+                  for split, share in zip((split_pass(blocks, part, samples) for part in parts), shares, strict=True)]
+        inside = [self.action_communication_ms(costs, scenario, blocks, part, samples) for part in parts]
         # Stage s runs on pipeline rank s % ranks; replica r's pipeline holds global ranks r*ranks ..
-        # r*ranks+ranks-1 (strategies/mesh.py: pp inside dp). A boundary costs the slowest replica's crossing.
-        sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples, r * ranks + s % ranks,
-                                       r * ranks + (s + 1) % ranks) for r in range(replicas))
-                 for s, part in enumerate(parts)]
+        # r*ranks+ranks-1, each the first of its tp group (strategies/mesh.py: pp inside dp, tp innermost). A
+        # boundary costs the slowest replica's crossing.
+        tp = self.tensor_parallel(scenario)
+        sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples,
+                                       (r * ranks + s % ranks) * tp, (r * ranks + (s + 1) % ranks) * tp)
+                     for r in range(replicas)) for s, part in enumerate(parts)]
         per_action = costs.runtime_for(scenario.devices)[PipelineCost.residual]
         slows: dict[Action, float] = {}
 
@@ -130,7 +161,10 @@ class PipelineCost(CostModel):
             forward, backward = times[action.stage]
             input_grad, weight_grad = splits[action.stage] or (backward / 2, backward / 2)
             share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: input_grad, BACKWARD_WEIGHT: weight_grad}
-            return share[action.kind] * slows.get(action, all_at_work) + per_action
+            # the stage's own collectives: the forward's before it, the backward's with its input gradient
+            forward_comm, backward_comm = inside[action.stage]
+            comm = {FORWARD: forward_comm, BACKWARD: backward_comm, BACKWARD_INPUT: backward_comm}
+            return share[action.kind] * slows.get(action, all_at_work) + comm.get(action.kind, 0.0) + per_action
 
         def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
             return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
@@ -147,8 +181,8 @@ class PipelineCost(CostModel):
             spans = simulate(table, duration, transfer)
         makespan = max(s.end for s in spans)
         busy = max(sum(s.end - s.start for s in spans if s.rank == r) for r in table)
-        stage_parameters = max(sum(blocks[i].parameters for p in range(r, ranks * v, ranks) for i in parts[p])
-                               for r in range(ranks))
+        stage_parameters = max(self.local_parameters(blocks, [i for p in range(r, ranks * v, ranks) for i in parts[p]],
+                                                     scenario) for r in range(ranks))
         update = costs.optimizer_ms(threads, stage_parameters) * all_at_work
         # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
         # all-reduce runs after it, exposed.
@@ -159,6 +193,6 @@ class PipelineCost(CostModel):
         return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                               simulated_bubble(spans), spans, notes)
 
-    def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: int, replicas: int) -> float:
+    def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: float, replicas: int) -> float:
         """What the replicas' gradient averaging adds after the schedule (none for one pipeline)."""
         return 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,30 @@ def test_pipeline_neighbours_on_two_nodes_pay_the_network_at_the_boundary_betwee
     # The broken variant (4fcc3e2): every neighbour priced as ranks 0 and 1 of one node.
     source.transfer_ms = lambda size, sender, receiver: p2p_seconds(size, 0, 1, 8, hw.gpu.nvlink, hw.network) * 1e3
     assert predict_step(source, scenario, 1).step_ms < with_network
+
+
+def test_a_mesh_group_strided_across_nodes_pays_the_network_and_a_hybrid_mesh_prices_it() -> None:
+    source = RooflineSource(profile("h200", (64,)), "transformer", "large", "batch", "bf16")
+    inside = source.collective_ms("reduce_scatter", 2**28, 8)  # ranks 0-7: one node, NVLink
+    across = source.collective_ms("reduce_scatter", 2**28, 8, stride=8)  # ranks 0, 8, ...: one per node
+    assert across > 2 * inside
+    # dp_shard 8 x tp 8 on 64 GPUs: each FSDP group has one rank per node (tp fills the node). The broken
+    # variant prices every group as packed in one node, as before strides were passed.
+    mesh = Scenario("hybrid", 64, 64, microbatches=1, dp=1, dp_shard=8, pp=1, tp=8)
+    mesh = dataclasses.replace(mesh, **_tp_of("transformer", "large"))
+    strided = predict_step(source, mesh, 2).step_ms
+    packed = RooflineSource(profile("h200", (64,)), "transformer", "large", "batch", "bf16")
+    whole = packed.collective_ms
+    packed.collective_ms = lambda operation, size, ranks, stride=1: whole(operation, size, ranks)  # type: ignore
+    assert predict_step(packed, mesh, 2).step_ms < strided
+
+
+def _tp_of(model: str, preset: str) -> dict[str, tuple[int, ...]]:
+    from bench.harness.config import RunConfig
+    from strategies.tensor_parallel import TensorParallelCost
+
+    scenario = TensorParallelCost().specialise(Scenario("tp", 8, 8), RunConfig(), model, preset, "batch")
+    return {"tp_blocks": scenario.tp_blocks, "tp_pairs": scenario.tp_pairs, "tp_layers": scenario.tp_layers}
 
 
 def test_memory_is_in_the_runs_precision_bf16_gathers_and_activations_half_of_fp32s() -> None:

@@ -191,10 +191,11 @@ class Calibration:
         (n0, s0), (n1, s1) = points[i - 1], points[i]
         return s0 + (s1 - s0) * (processes - n0) / (n1 - n0)
 
-    def collective_ms(self, operation: str, size: float, ranks: int) -> float:
+    def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
         """``operation``'s ms on ``ranks`` processes, from the curve measured on that many, else on the
         nearest count measured: a ring moves 2(N-1)/N of the bytes per rank for all-reduce and (N-1)/N for
-        the others, so the bytes are scaled by that share's ratio. KeyError where none was measured."""
+        the others, so the bytes are scaled by that share's ratio. KeyError where none was measured. Every
+        rank here shares one host: ``stride`` changes nothing."""
         if ranks <= 1:
             return 0.0
         measured = self._nearest_ranks(ranks)

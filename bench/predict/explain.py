@@ -50,8 +50,8 @@ class _Partial:
     def slowdown_for(self, processes: float) -> float:
         return self.source.slowdown_for(processes) if self.slowdown else 1.0
 
-    def collective_ms(self, operation: str, size: float, ranks: int) -> float:
-        return self.source.collective_ms(operation, size, ranks) if self.transfers else 0.0
+    def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
+        return self.source.collective_ms(operation, size, ranks, stride) if self.transfers else 0.0
 
     def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
         return self.source.transfer_ms(size, sender, receiver) if self.transfers else 0.0

@@ -178,16 +178,18 @@ class RooflineSource:
     def slowdown_for(self, processes: float) -> float:
         return 1.0
 
-    def collective_ms(self, operation: str, size: float, ranks: int) -> float:
+    def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
         """``size`` as costs.py names it: all_gather each rank's shard (of fp32 parameters, gathered in the
-        compute precision), the others the whole tensor each rank contributes."""
+        compute precision), the others the whole tensor each rank contributes. A group whose ranks are
+        ``stride`` apart has ``node_size // stride`` of them in a node (one, once the stride fills a node)."""
         if ranks <= 1 or size <= 0:
             return 0.0
         hw = self.hardware
         if operation == "send_recv":
-            return self.transfer_ms(size, 0, 1)
+            return self.transfer_ms(size, 0, stride)
         whole = size * ranks * self.compute_bytes / 4 if operation == "all_gather" else size
-        return collective_seconds(operation, whole, ranks, hw.node_size, hw.gpu.nvlink, hw.network) * 1e3
+        per_node = max(1, hw.node_size // max(1, stride))
+        return collective_seconds(operation, whole, ranks, per_node, hw.gpu.nvlink, hw.network) * 1e3
 
     def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
         hw = self.hardware
