@@ -21,6 +21,7 @@ foreach stays on, so nothing is given up for it (tests/test_tensor_parallel.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,22 @@ def parallelize_blocks(blocks: nn.Module, styles: dict[str, str], mesh: DeviceMe
     return parallelize_module(blocks, mesh, plan)
 
 
+@functools.lru_cache(maxsize=32)
+def _plan_shape(model: str, preset: str, norm: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The blocks the model's tp plan splits, each one's row-wise (all-reduce) layers and all its planned
+    layers. Once per model a process: bench plan specialises thousands of candidates of one model."""
+    import models
+
+    with torch.device("meta"):
+        plan = models.build_model(model, preset, norm).tp_plan
+    styles = plan.styles if plan else {}
+    block_of = {path: int(path.split(".")[0]) for path in styles}
+    blocks = sorted(set(block_of.values()))
+    pairs = tuple(sum(block_of[p] == b and style == ROWWISE for p, style in styles.items()) for b in blocks)
+    layers = tuple(sum(block_of[p] == b for p in styles) for b in blocks)
+    return tuple(blocks), pairs, layers
+
+
 class TensorParallelCost(CostModel):
     """The sharded blocks' compute divided by the degree; each column/row pair's all-reduce forward and
     backward on the critical path (every rank sees the whole batch)."""
@@ -84,16 +101,8 @@ class TensorParallelCost(CostModel):
     """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
 
     def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
-        import models
-
-        with torch.device("meta"):
-            plan = models.build_model(model, preset, norm).tp_plan
-        styles = plan.styles if plan else {}
-        block_of = {path: int(path.split(".")[0]) for path in styles}
-        blocks = sorted(set(block_of.values()))
-        pairs = tuple(sum(block_of[p] == b and style == ROWWISE for p, style in styles.items()) for b in blocks)
-        layers = tuple(sum(block_of[p] == b for p in styles) for b in blocks)
-        return dataclasses.replace(scenario, tp_blocks=tuple(blocks), tp_pairs=pairs, tp_layers=layers)
+        blocks, pairs, layers = _plan_shape(model, preset, norm)
+        return dataclasses.replace(scenario, tp_blocks=blocks, tp_pairs=pairs, tp_layers=layers)
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return sum(scenario.tp_layers)
