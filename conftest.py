@@ -23,6 +23,8 @@ import pytest
 
 from tests.helpers.quick import no_python_processes
 
+pytest_plugins = ["tests.helpers.parallel"]  # quick tests over xdist's workers, launching ones alone
+
 LAUNCHING_MARKS = ("distributed", "launches", "gpu")
 """Tests carrying one of these start processes; every other test is ``quick``."""
 

@@ -15,8 +15,10 @@ from tests.helpers.cli import ROOT
 
 
 def run_pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A fresh pytest, as a user would start it: not an xdist worker though this one may be."""
+    own = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=400, env={**os.environ, **(env or {})})
+                          capture_output=True, text=True, timeout=400, env={**own, **(env or {})})
 
 
 @pytest.mark.distributed

@@ -1,0 +1,103 @@
+"""The whole suite on every core, its timings untouched: quick tests spread over pytest-xdist's workers,
+then the launching ones on one worker alone.
+
+A quick test computes on one core and starts no process, so two of them side by side on two cores take
+half the time (``-m quick``: 74 s -> 48 s here). A launching test times real runs and judges whether
+other work disturbed them (bench/harness/disturbance.py): beside a second worker its sweeps would be
+marked disturbed and re-run, its timing targets would flake. So ``QuickThenAlone`` hands out the quick
+tests as xdist's load scheduler does, and only once every other worker has finished gives the
+launching ones, in collection order, to the one left.
+
+Without pytest-xdist installed (the GPU machines have none) nothing changes: the suite runs in one
+process. With it, ``python -m pytest`` over the whole suite (no file or test named, no ``-s``/``--pdb``,
+no ``--benchmark``) starts up to 4 workers by itself; ``-n N`` picks the count, ``-n 0`` or ``-p no:xdist``
+runs serially, and a file or test named on the command line runs in this process, so the inner loop
+does not pay for starting workers.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+MAX_WORKERS = 4
+"""Workers started when none are asked for: each imports torch (2 s of a core) before its first test."""
+LAUNCHING_LIST = "bench_launching_list"
+"""The workerinput key naming the file a worker lists its launching tests in, for the controller's scheduler."""
+_ENABLED = pytest.StashKey[bool]()
+_LISTS = pytest.StashKey[tempfile.TemporaryDirectory]()
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _whole_suite_serially(config: pytest.Config) -> bool:
+    """Whether this is the controller of a whole-suite run the user did not parallelise or keep serial."""
+    return (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")
+        and config.getoption("numprocesses", None) is None
+        and config.getoption("dist", "no") == "no"
+        and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.getoption("benchmark", False)
+        and not config.getoption("collectonly")
+        and not config.getoption("usepdb")
+        and config.getoption("capture") != "no"
+        and _cores() >= 2
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own pytest_configure (trylast) starts its session
+def pytest_configure(config: pytest.Config) -> None:
+    if _whole_suite_serially(config):
+        workers = min(_cores(), MAX_WORKERS)
+        config.option.numprocesses = workers
+        config.option.dist = "load"
+        config.option.tx = ["popen"] * workers
+    config.stash[_ENABLED] = config.getoption("dist", "no") == "load" and not hasattr(config, "workerinput")
+    if hasattr(config, "workerinput"):
+        import torch
+
+        # One core per worker while the quick tests share the machine; the launching phase has it whole.
+        torch.set_num_threads(1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # noqa: ANN001 (xdist's WorkerController)
+    if _LISTS not in node.config.stash:
+        node.config.stash[_LISTS] = tempfile.TemporaryDirectory(prefix="bench-launching-")
+    node.workerinput[LAUNCHING_LIST] = os.path.join(node.config.stash[_LISTS].name, f"{node.gateway.id}.txt")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _LISTS in config.stash:
+        config.stash[_LISTS].cleanup()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201
+    if not config.stash.get(_ENABLED, False):
+        return None
+    from tests.helpers.quick_then_alone import QuickThenAlone  # imports xdist, which the GPU machines lack
+
+    return QuickThenAlone(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after the root conftest.py has marked the quick tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a worker: lists the launching tests' node ids where the controller's scheduler reads them."""
+    path = getattr(config, "workerinput", {}).get(LAUNCHING_LIST)
+    if path:
+        Path(path).write_text("\n".join(item.nodeid for item in items if not item.get_closest_marker("quick")))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On a worker, before a launching test: the machine's cores back (it runs alone by then)."""
+    if hasattr(item.config, "workerinput") and not item.get_closest_marker("quick"):
+        import torch
+
+        torch.set_num_threads(_cores())
