@@ -25,11 +25,13 @@ def variant(config: dict[str, Any]) -> str:
     shown = []
     if MeshOptions in reads:  # hybrid's degrees as given: dp-shard=2, tp=2
         shown += [f"{k.replace('_', '-')}={config[k]}" for k in DIMS if config.get(k)]
-    if PipelineOptions in reads:
+    # A mesh without a pipeline (pp=1) has no schedule or micro-batches to tell its runs apart by.
+    piped = not (MeshOptions in reads and config.get("pp") == 1)
+    if PipelineOptions in reads and piped:
         shown.append(str(config.get("schedule")))
-    if SplitOptions in reads:
+    if SplitOptions in reads and piped:
         shown.append(f"m={config.get('microbatches')}")
-    if PipelineOptions in reads and config.get("stages_per_rank", 1) != 1:
+    if PipelineOptions in reads and piped and config.get("stages_per_rank", 1) != 1:
         shown.append(f"v={config['stages_per_rank']}")
     if FSDPOptions in reads:
         shown.append("ZeRO-3" if config.get("reshard_after_forward", True) else "ZeRO-2")
