@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Communication
+from bench.predict.canary import DRIFT_LIMIT, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown
 from bench.predict.runtime import (
@@ -29,6 +31,8 @@ from bench.predict.runtime import (
 
 MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
 """What a calibration must share with the machine it predicts for."""
+
+log = logging.getLogger(__name__)
 
 
 def machine_identity(env: dict[str, object]) -> dict[str, object]:
@@ -55,6 +59,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     batches = sorted({*calibration_batches(config.run.batch_size, devices, microbatches),
                       *(n for d in parallel for n in reference_batches(d))})
     cuda = config.run.accelerator == "cuda"
+    canary_before = canary_ms()
     calibration_arithmetic(config.run.precision)
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
@@ -85,7 +90,11 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     for d, (configs, step_ms) in references.items():
         calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
     fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
-    return dataclasses.replace(calibration, fitted_runs=fitted_runs)
+    canary_after = canary_ms()
+    if abs(canary_after / canary_before - 1) > DRIFT_LIMIT:
+        log.warning("the canary step took %.2f ms before the calibration and %.2f ms after it: the machine's "
+                    "speed moved while it was measured", canary_before, canary_after)
+    return dataclasses.replace(calibration, fitted_runs=fitted_runs, canary_ms=min(canary_before, canary_after))
 
 
 def calibration_arithmetic(precision: str) -> None:

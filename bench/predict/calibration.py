@@ -162,6 +162,8 @@ class Calibration:
     env: dict[str, object] = field(default_factory=dict)
     fitted_runs: tuple[str, ...] | None = None
     """The reference runs whose timings entered it (runtime.fitted_key); None: a file that predates them."""
+    canary_ms: float | None = None
+    """bench/predict/canary.py's step at calibration (the quicker of its timings before and after)."""
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self.threads[self._nearest(threads)].blocks
@@ -263,7 +265,8 @@ class Calibration:
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
                        data["backend"], data["machine"], threads, communication,
                        {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}),
-                       tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None)
+                       tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None,
+                       float(data["canary_ms"]) if data.get("canary_ms") else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 

@@ -17,6 +17,7 @@ from bench.harness.config import RunConfig
 from bench.harness.environment import environment
 from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration
+from bench.predict.canary import canary_ms, drift_fields
 from bench.predict.compute import Disturbed
 from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record
@@ -39,11 +40,17 @@ class SweepPredictor:
         key = (config.workload.model, config.workload.preset)
         if key not in self.calibrations or config.strategy not in predicted_strategies():
             return {}
+        calibration = self.calibrations[key]
         try:
-            return handed_over(prediction_record(self.calibrations[key], config, self.sources[key]))
+            record = prediction_record(calibration, config, self.sources[key])
         except (ValueError, KeyError) as exc:  # a setting the cost models do not cover: measured, not predicted
             log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
+        # Timed here, just before the run starts: how far the machine moved since it was calibrated.
+        canary = drift_fields(calibration.canary_ms, canary_ms())
+        note, notes = canary.pop("canary_note"), record["notes"]
+        assert isinstance(notes, list)
+        return handed_over({**record, **canary, "notes": [*notes, *([note] if note else [])]})
 
 
 def check_calibration_choice(choice: str) -> None:
