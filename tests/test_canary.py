@@ -13,7 +13,7 @@ from bench.harness.config import RunConfig, resolve
 from bench.predict import for_sweep
 from bench.predict.calibration import Calibration
 from bench.predict.canary import canary_ms, drift_fields
-from tests.test_predict import _calibration
+from tests.helpers.calibrations import equal_blocks
 
 
 def test_the_canary_is_a_positive_time_and_repeats_within_a_factor() -> None:
@@ -30,7 +30,7 @@ def test_drift_beyond_ten_percent_is_noted_and_within_it_is_not() -> None:
 
 
 def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None:
-    calibration = dataclasses.replace(_calibration(2), canary_ms=3.5)
+    calibration = dataclasses.replace(equal_blocks(2), canary_ms=3.5)
     calibration.save(tmp_path / "c.json")
     assert Calibration.load(tmp_path / "c.json").canary_ms == 3.5
 
@@ -38,7 +38,7 @@ def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None
 def test_the_sweep_hands_each_run_the_drift_timed_just_before_it(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     predictor = for_sweep.SweepPredictor()
-    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(_calibration(4), canary_ms=4.0)
+    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(equal_blocks(4), canary_ms=4.0)
     predictor.sources[("mlp", "tiny")] = "calibration c.json"
     config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
                                           out=str(tmp_path / "r.jsonl")))

@@ -1,0 +1,156 @@
+"""strategies/pipeline_cost.py: pp's and hybrid's step replayed from their action tables, as literal cases."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.predict.calibration import Calibration, Curve, Line
+from bench.predict.costs import predict_memory, predict_step
+from bench.predict.scenario import Scenario
+from strategies.pipeline_cost import stage_blocks
+from strategies.schedules import fill_drain_bubble
+from tests.helpers.calibrations import FREE, equal_blocks
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (2, 1)])
+def test_pipelines_with_equal_stages_and_free_transfers_give_the_textbook_bubble(schedule: str, p: int, m: int) -> None:
+    step = predict_step(equal_blocks(p), Scenario("pp", p, 8 * m, microbatches=m, schedule=schedule), 1)
+    assert step.bubble == pytest.approx(fill_drain_bubble(p, m))
+    assert step.step_ms == pytest.approx((m + p - 1) * 3.0)  # (m + p - 1) slots of F + B
+    assert step.exposed_comm_ms == pytest.approx(step.step_ms - m * 3.0)
+
+
+def test_1f1b_holds_fewer_micro_batches_than_gpipe() -> None:
+    blocks = equal_blocks(2).blocks(1)
+    gpipe = predict_memory(blocks, Scenario("pp", 2, 64, microbatches=8, schedule="gpipe"), 1)
+    one_f_one_b = predict_memory(blocks, Scenario("pp", 2, 64, microbatches=8, schedule="1f1b"), 1)
+    assert gpipe["activations"] == 8 * 8 * 10  # all 8 micro-batches of 8 samples, 10 bytes each
+    assert one_f_one_b["activations"] == 2 * 8 * 10  # at most p - rank in flight on rank 0
+    assert gpipe["parameters"] == one_f_one_b["parameters"] == 4 * 1000
+
+
+def test_interleaving_divides_the_bubble_by_the_stages_per_rank() -> None:
+    p, m, v = 2, 4, 2
+    plain = predict_step(equal_blocks(p), Scenario("pp", p, 8 * m, microbatches=m, schedule="1f1b"), 1)
+    looped = predict_step(equal_blocks(p * v), Scenario("pp", p, 8 * m, microbatches=m, schedule="interleaved-1f1b",
+                                                        stages_per_rank=v), 1)
+
+    def idle_over_busy(bubble: float | None) -> float:
+        assert bubble is not None
+        return bubble / (1 - bubble)
+
+    # Idle time over busy time: (p - 1) / m for 1F1B, (p - 1) / (v m) interleaved.
+    assert idle_over_busy(plain.bubble) == pytest.approx((p - 1) / m)
+    assert idle_over_busy(looped.bubble) == pytest.approx((p - 1) / (v * m))
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv"])
+def test_zero_bubble_schedules_with_equal_input_and_weight_halves_leave_little_and_less_with_more_micro_batches(
+    schedule: str,
+) -> None:
+    def bubble(m: int) -> float:
+        scenario = Scenario("pp", 2, 8 * m, microbatches=m, schedule=schedule, stages_per_rank=2)
+        return predict_step(equal_blocks(4), scenario, 1).bubble or 0.0
+
+    # What torch's tables leave at p = 2 (warm-up and cool-down), a fraction of 1F1B's at the same m.
+    assert bubble(8) < fill_drain_bubble(2, 8) / 5 and bubble(8) < bubble(4)
+
+
+def test_zero_bubble_actions_take_the_measured_input_and_weight_gradients_and_say_when_they_are_guessed(
+        tmp_path: Path) -> None:
+    scenario = Scenario("pp", 2, 32, microbatches=4, schedule="zbv", stages_per_rank=2)
+    guessed = predict_step(equal_blocks(4), scenario, 1)  # backward 2 ms per block, split unmeasured
+    assert guessed.notes == ["I and W are taken as half a backward each (not measured)"]
+    assert {(s.action.kind, round(s.end - s.start, 6)) for s in guessed.timeline if s.action.kind in "IW"} == {
+        ("I", 1.0), ("W", 1.0)}
+    base = equal_blocks(4)
+    measured = dataclasses.replace(base, threads={t: dataclasses.replace(costs, blocks=[dataclasses.replace(
+        b, backward_input_ms=Line(1.5, 0.0), backward_weight_ms=Line(0.5, 0.0)) for b in costs.blocks])
+        for t, costs in base.threads.items()})
+    split = predict_step(measured, scenario, 1)
+    assert split.notes == []
+    assert {(s.action.kind, round(s.end - s.start, 6)) for s in split.timeline if s.action.kind in "IW"} == {
+        ("I", 1.5), ("W", 0.5)}
+    measured.save(tmp_path / "split.json")
+    assert Calibration.load(tmp_path / "split.json") == measured  # the split survives the file
+    gpipe = predict_step(measured, dataclasses.replace(scenario, schedule="gpipe", stages_per_rank=1), 1)
+    assert gpipe.step_ms == predict_step(base, dataclasses.replace(scenario, schedule="gpipe",
+                                                                        stages_per_rank=1), 1).step_ms
+
+
+def test_stages_follow_the_balance_rule() -> None:
+    blocks = equal_blocks(5).blocks(1)
+    assert stage_blocks(blocks, "even", 2, 4) == [[0, 1, 2], [3, 4]]
+    assert stage_blocks(blocks, "1,4", 2, 4) == [[0], [1, 2, 3, 4]]
+
+
+def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> None:
+    from strategies.action_tables import Action, SimulatedSpan, action_table, simulate
+    from strategies.pipeline_cost import ranks_at_work
+    from strategies.schedules import available_schedules, schedule_info
+
+    alone = SimulatedSpan(0, Action(0, "F", 0), 0.0, 2.0)
+    half_shared = SimulatedSpan(1, Action(1, "F", 0), 1.0, 3.0)
+    assert ranks_at_work([alone]) == {alone.action: 1.0}
+    assert ranks_at_work([alone, half_shared])[alone.action] == 1.5  # the other rank works during half of it
+    # on a real timeline, what each span overlaps of every other, summed directly
+    spans = simulate(action_table(schedule_info("1f1b", available_schedules()), 3, 1, 5),
+                     lambda a: 1.0 + 0.5 * a.stage + (a.kind == "B"), lambda a: 0.25)
+    direct = {s.action: sum(max(0.0, min(s.end, o.end) - max(s.start, o.start)) for o in spans) / (s.end - s.start)
+              for s in spans}
+    assert ranks_at_work(spans) == pytest.approx(direct)
+    calibration = dataclasses.replace(equal_blocks(2), slowdown={2: 1.5, 4: 3.0})
+    assert calibration.slowdown_for(1.5) == pytest.approx(1.25)  # straight between 1 (alone) and 2
+    assert calibration.slowdown_for(3) == pytest.approx(2.25) and calibration.slowdown_for(8) == pytest.approx(6.0)
+    # Four ranks, each at work all the time (m much larger than p): the pipeline runs at the 4-process slowdown.
+    busy = predict_step(dataclasses.replace(equal_blocks(4), slowdown={4: 2.0}),
+                        Scenario("pp", 4, 8 * 64, microbatches=64, schedule="1f1b"), 1)
+    free = predict_step(equal_blocks(4), Scenario("pp", 4, 8 * 64, microbatches=64, schedule="1f1b"), 1)
+    assert 1.8 < busy.step_ms / free.step_ms < 2.0
+
+
+def _mesh(devices: int, m: int = 4, **degrees: int) -> Scenario:
+    """hybrid on ``devices`` ranks of 4 equal blocks (the tp plan splitting every one, one pair each)."""
+    tp = {"tp_blocks": (0, 1, 2, 3), "tp_pairs": (1,) * 4, "tp_layers": (2,) * 4} if degrees.get("tp", 1) > 1 else {}
+    full = {"dp": 1, "dp_shard": 1, "pp": 1, "tp": 1, **degrees}
+    return Scenario("hybrid", devices, 8 * m * full["dp"] * full["dp_shard"], microbatches=m, **full, **tp)
+
+
+def test_every_mesh_hybrid_runs_is_priced_as_its_pipeline_with_the_collectives_of_its_other_dimensions() -> None:
+    free = dataclasses.replace(equal_blocks(4), slowdown={2: 1.0, 4: 1.0, 8: 1.0})  # 8 ranks compute as fast
+    pipeline = predict_step(free, Scenario("pp", 2, 32, microbatches=4), 1).step_ms
+    assert pipeline == pytest.approx((4 + 2 - 1) * 2 * 3.0)  # m + p - 1 slots of 2 blocks' F + B
+    # With free collectives, a replica or an FSDP shard of the batch costs what one pipeline of its share does,
+    # and tp halves the compute of the blocks its plan splits.
+    assert predict_step(free, _mesh(4, dp=2, pp=2), 1).step_ms == pytest.approx(pipeline)
+    assert predict_step(free, _mesh(4, dp_shard=2, pp=2), 1).step_ms == pytest.approx(pipeline)
+    assert predict_step(free, _mesh(4, tp=2, pp=2), 1).step_ms == pytest.approx(pipeline / 2)
+    assert predict_step(free, _mesh(8, dp_shard=2, tp=2, pp=2), 1).step_ms == pytest.approx(pipeline / 2)
+    # Each collective 0.5 ms: FSDP gathers the stage's 2 blocks before each forward and again before each
+    # backward (5 slots of F + B on the critical path), then reduce-scatters the stage's gradients once;
+    # the activation crosses the one boundary forward and its gradient back (2 transfers on the path).
+    half = {name: Curve([(1, 0.5), (2**30, 0.5)]) for name in FREE}
+    costly = dataclasses.replace(equal_blocks(4, curves=half), slowdown=free.slowdown)
+    sharded = predict_step(costly, _mesh(4, dp_shard=2, pp=2), 1)
+    assert sharded.step_ms == pytest.approx((4 + 2 - 1) * (2 * 3.0 + 2 * 2 * 0.5) + 2 * 0.5 + 0.5)
+    # tp: one all-reduce per pair per block forward and backward (2 blocks a stage), and no gradient sync
+    tensor = predict_step(costly, _mesh(4, tp=2, pp=2), 1).step_ms
+    assert tensor == pytest.approx((4 + 2 - 1) * (3.0 + 2 * 2 * 0.5) + 2 * 0.5)
+    # HSDP: dp replicas beside the shards all-reduce each shard's gradients after the reduce-scatter
+    both = predict_step(costly, _mesh(8, dp=2, dp_shard=2, pp=2), 1).step_ms
+    assert both == pytest.approx(sharded.step_ms + 0.5)
+
+
+def test_a_mesh_holds_its_stage_split_over_tp_and_sharded_over_dp_shard() -> None:
+    blocks = equal_blocks(4).blocks(1)
+    replicated = predict_memory(blocks, _mesh(4, dp=2, pp=2), 1)
+    sharded = predict_memory(blocks, _mesh(4, dp_shard=2, pp=2), 1)
+    split = predict_memory(blocks, _mesh(4, tp=2, pp=2), 1)
+    # bytes: 2 blocks of 1000 fp32 parameters a stage
+    assert replicated["parameters"] == 2 * 4000 and sharded["parameters"] == split["parameters"] == 4000
+    assert sharded["optimizer_state"] == replicated["optimizer_state"] / 2
+    assert sharded["gathered_parameters"] == 4000  # one whole block gathered at a time

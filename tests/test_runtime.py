@@ -1,0 +1,81 @@
+"""bench/predict/runtime.py: the runtimes' residuals on the reference runs, and which runs they fitted."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.harness.config import RunConfig, resolve
+from bench.predict.calibration import Calibration, Curve
+from bench.predict.costs import predict_step
+from tests.helpers.calibrations import FREE, equal_blocks
+
+
+def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(tmp_path: Path) -> None:
+    from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
+    from bench.predict.scenario import scenario_for
+
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
+    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "mp"}
+    assert {c.workload.model for c in configs.values()} == {"mlp"}
+    assert configs["pp"].split.microbatches == configs["mp"].split.microbatches == MICROBATCHES
+    calibration = equal_blocks(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
+    predicted = {name: predict_step(calibration, scenario_for(c), 1).step_ms for name, c in configs.items()}
+    layers = sum(scenario_for(configs["tp"]).tp_layers)
+    # Each run took its prediction plus a known runtime cost: 2 ms per ddp step (zero1 pays it too, and 1.5
+    # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path,
+    # 0.75 per mp micro-batch.
+    measured = {"ddp": predicted["ddp"] + 2.0, "zero1": predicted["zero1"] + 3.5, "fsdp": predicted["fsdp"] + 5.0,
+                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (MICROBATCHES + 1),
+                "mp": predicted["mp"] + 0.75 * MICROBATCHES}
+    found = residuals(calibration, 2, configs, measured)
+    assert found["ddp_per_step"] == pytest.approx(2.0)
+    assert found["zero1_per_step"] == pytest.approx(1.5)
+    assert found["fsdp_per_block"] == pytest.approx(1.0)
+    assert found["tp_per_layer"] == pytest.approx(0.5)
+    assert found["pp_per_action"] == pytest.approx(0.25)
+    assert found["mp_per_microbatch"] == pytest.approx(0.75)
+    # A runtime never gives time back; a strategy the model cannot run has no reference and costs nothing.
+    quick = residuals(calibration, 2, configs, {"ddp": predicted["ddp"] - 1.0})
+    assert quick["ddp_per_step"] == 0.0 and set(quick.values()) == {0.0}
+    assert "tp" not in reference_configs(calibrated.with_flags(model="cnn", preset="tiny"),
+                                         str(tmp_path / "reference.jsonl"), 2)
+
+
+def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:
+    from bench.predict.runtime import reference_configs, residuals
+    from bench.predict.scenario import scenario_for
+
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    assert "hybrid" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
+    configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
+    assert (configs["hybrid"].mesh.dp, configs["hybrid"].mesh.pp) == (2, 2)
+    base = equal_blocks(5)
+    calibration = dataclasses.replace(base, communication={4: base.communication[2]})
+    predicted = predict_step(calibration, scenario_for(configs["hybrid"]), 1).step_ms
+    found = residuals(calibration, 4, {"hybrid": configs["hybrid"]}, {"hybrid": predicted + 3.0})
+    assert found["hybrid_per_step"] == pytest.approx(3.0)
+    with_it = predict_step(calibration.with_runtime(4, found), scenario_for(configs["hybrid"]), 1).step_ms
+    assert with_it == pytest.approx(predicted + 3.0)
+
+
+def test_a_run_whose_timings_entered_the_calibration_is_fitted_and_every_other_held_out(tmp_path: Path) -> None:
+    from bench.predict.runtime import fitted, fitted_key, reference_configs
+
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    references = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
+    calibration = dataclasses.replace(equal_blocks(5), fitted_runs=tuple(fitted_key(c) for c in references.values()))
+    pp = references["pp"]
+    assert fitted(calibration, pp.with_flags(steps=6, repeat=2, out="elsewhere.jsonl")) is True
+    assert fitted(calibration, pp.with_flags(batch_size=2 * pp.run.batch_size)) is False
+    assert fitted(calibration, pp.with_flags(schedule="1f1b")) is False
+    assert fitted(equal_blocks(5), pp) is None  # a file from before the distinction says nothing
+    path = tmp_path / "cal.json"
+    calibration.save(path)
+    assert Calibration.load(path).fitted_runs == calibration.fitted_runs
