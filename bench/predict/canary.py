@@ -38,14 +38,14 @@ def canary_ms() -> float:
         torch.set_num_threads(threads)
 
 
-def drift_fields(calibrated_ms: float | None, now_ms: float) -> dict[str, object]:
-    """The record's canary fields: the ratio of now to the calibration, and a note where it moved too far."""
+def drift_fields(calibrated_ms: float | None, now_ms: float) -> tuple[dict[str, object], str]:
+    """The record's canary fields (now, and its ratio to the calibration), and a note where it moved too far
+    (else empty)."""
     if not calibrated_ms:
-        return {"canary_ms": now_ms, "canary_drift": None,
-                "canary_note": "the calibration predates the canary: drift not measured"}
+        return {"canary_ms": now_ms, "canary_drift": None}, "the calibration predates the canary: drift not measured"
     drift = now_ms / calibrated_ms
     note = ""
     if abs(drift - 1) > DRIFT_LIMIT:
         note = (f"the machine ran the canary {drift:.2f}x as long as at calibration (beyond {DRIFT_LIMIT:.0%}): "
                 "this prediction rests on a machine that has since changed speed")
-    return {"canary_ms": now_ms, "canary_drift": drift, "canary_note": note}
+    return {"canary_ms": now_ms, "canary_drift": drift}, note

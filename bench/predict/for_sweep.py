@@ -47,8 +47,8 @@ class SweepPredictor:
             log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
         # Timed here, just before the run starts: how far the machine moved since it was calibrated.
-        canary = drift_fields(calibration.canary_ms, canary_ms())
-        note, notes = canary.pop("canary_note"), record["notes"]
+        canary, note = drift_fields(calibration.canary_ms, canary_ms())
+        notes = record["notes"]
         assert isinstance(notes, list)
         return handed_over({**record, **canary, "notes": [*notes, *([note] if note else [])]})
 

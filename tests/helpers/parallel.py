@@ -29,6 +29,8 @@ LAUNCHING_LIST = "bench_launching_list"
 """The workerinput key naming the file a worker lists its launching tests in, for the controller's scheduler."""
 _ENABLED = pytest.StashKey[bool]()
 _LISTS = pytest.StashKey[tempfile.TemporaryDirectory]()
+_THREADS = pytest.StashKey[int]()
+"""A worker's torch threads before it took one for the quick tests."""
 
 
 def _cores() -> int:
@@ -63,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         # One core per worker while the quick tests share the machine; the launching phase has it whole.
+        config.stash[_THREADS] = torch.get_num_threads()
         torch.set_num_threads(1)
 
 
@@ -96,8 +99,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """On a worker, before a launching test: the machine's cores back (it runs alone by then)."""
-    if hasattr(item.config, "workerinput") and not item.get_closest_marker("quick"):
+    """On a worker, before a launching test: its threads as a serial run has them (it runs alone by then)."""
+    if _THREADS in item.config.stash and not item.get_closest_marker("quick"):
         import torch
 
-        torch.set_num_threads(_cores())
+        torch.set_num_threads(item.config.stash[_THREADS])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from xdist.remote import Producer
 from xdist.scheduler import LoadScheduling
 from xdist.workermanage import WorkerController
 
@@ -12,8 +14,10 @@ from tests.helpers.parallel import LAUNCHING_LIST
 
 
 class QuickThenAlone(LoadScheduling):
-    alone: list[int]
-    """Indices of the launching tests, held back until one worker is left."""
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
+        super().__init__(config, log)
+        self.alone: list[int] = []
+        """Indices of the launching tests, held back until one worker is left."""
 
     def schedule(self) -> None:
         if self.collection is None:
@@ -45,7 +49,7 @@ class QuickThenAlone(LoadScheduling):
             return
         if self.pending:
             super().check_schedule(node, duration)
-        elif not getattr(self, "alone", None) or node is not self.nodes[-1]:
+        elif not self.alone or node is not self.nodes[-1]:
             node.shutdown()
         elif len(self.node2pending) == 1:  # every other worker has finished: the machine is this one's
             alone, self.alone = self.alone, []
@@ -61,8 +65,8 @@ class QuickThenAlone(LoadScheduling):
 
     @property
     def tests_finished(self) -> bool:
-        return not getattr(self, "alone", None) and super().tests_finished
+        return not self.alone and super().tests_finished
 
     @property
     def has_pending(self) -> bool:
-        return bool(getattr(self, "alone", None)) or super().has_pending
+        return bool(self.alone) or super().has_pending
