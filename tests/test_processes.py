@@ -66,8 +66,9 @@ def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: 
                                                            "--calibration", "none"]
     bench = _start(["-m", "bench", command, *what, "--devices", "2", "--model" if command == "run" else "--preset",
                     "mlp" if command == "run" else "tiny", "--out", str(out)], env=STALL_FOREVER)
-    # bench (or the sweep), torchrun and its two workers.
-    _wait_for(lambda: len(_alive(str(out))) >= 4, 120, "the workers started")
+    # bench run (torchrun's agent inside it) and its two workers; or the sweep, torchrun and two workers.
+    processes = 3 if command == "run" else 4
+    _wait_for(lambda: len(_alive(str(out))) >= processes, 120, "the workers started")
     bench.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel must do it
     bench.wait()
     _wait_for(lambda: not _alive(str(out)), 20, f"no process of the run left ({_alive(str(out))})")

@@ -1,11 +1,15 @@
 """Starting PER_DEVICE strategies: torchrun for one node, or nothing when the user already used it.
 
-``python -m bench run --strategy ddp --devices 4`` re-runs its own command line under
+``python -m bench run --strategy ddp --devices 4`` re-runs its own command line under torchrun's
+agent, as
 
     python -m torch.distributed.run --standalone --nproc-per-node 4 -m bench run ...
 
-and every worker process finds itself under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) and
-trains. A user who launches torchrun directly, on one node or many, reaches the same workers.
+would, and every worker process finds itself under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) and
+trains. ``bench run`` runs that agent in its own process (torch.distributed.run's ``run``, the function
+torchrun's command line calls), sparing an interpreter that would import torch only to start the
+workers. A sweep starts torchrun itself (``child_command``). A user who launches torchrun directly, on
+one node or many, reaches the same workers.
 """
 
 from __future__ import annotations
@@ -72,15 +76,29 @@ def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: 
 def launch_local(
     nproc: int, bench_args: list[str], accelerator: str, max_restarts: int = 0, resolved: str | None = None
 ) -> int:
-    """Runs ``bench_args`` under torchrun on this machine and returns torchrun's exit code.
+    """Runs ``bench_args`` under torchrun's agent in this process and returns the exit code torchrun
+    would have: 0, 1 when a worker failed, 128 + the signal that stopped it.
 
-    torchrun's output passes through; after a failure, one line below it says which rank failed
-    first, at which step, and how the others ended."""
+    The workers' output passes through; after a failure, one line below it says which rank failed
+    first, at which step, and how the others ended. Only the process about to exit calls this: it
+    takes the workers' environment as its own, and torchrun's agent its signal handlers."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
     command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
     with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes:
-        env = {**torchrun_env(nproc, accelerator, max_restarts, resolved), FAILURE_DIR_VARIABLE: notes}
-        returncode = processes.run(command, env)
+        os.environ.update({**torchrun_env(nproc, accelerator, max_restarts, resolved), FAILURE_DIR_VARIABLE: notes,
+                           # the workers' die_with_torchrun: this process is their torchrun
+                           processes.LAUNCHER_VARIABLE: str(os.getppid())})
+        try:
+            run(parse_args(command[3:]))  # past "python -m torch.distributed.run"
+            returncode = 0
+        except ChildFailedError:
+            returncode = 1
+        except SignalException as stopped:  # the agent has stopped the workers; end as a signal would
+            returncode = 128 + int(stopped.sigval)
         if returncode != 0:
             print(f"bench run: {read_failures(Path(notes)).line()}", file=sys.stderr)
     return returncode
