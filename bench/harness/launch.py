@@ -80,15 +80,17 @@ def launch_local(
     would have: 0, 1 when a worker failed, 128 + the signal that stopped it.
 
     The workers' output passes through; after a failure, one line below it says which rank failed
-    first, at which step, and how the others ended. Only the process about to exit calls this: it
-    takes the workers' environment as its own, and torchrun's agent its signal handlers."""
+    first, at which step, and how the others ended. The workers' environment is this process's while
+    the agent runs; torchrun's agent installs its signal handlers here."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
+    ours = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes:
+        # torchrun's agent hands its workers this process's environment
         os.environ.update({**torchrun_env(nproc, accelerator, max_restarts, resolved), FAILURE_DIR_VARIABLE: notes,
                            # the workers' die_with_torchrun: this process is their torchrun
                            processes.LAUNCHER_VARIABLE: str(os.getppid())})
@@ -99,6 +101,9 @@ def launch_local(
             returncode = 1
         except SignalException as stopped:  # the agent has stopped the workers; end as a signal would
             returncode = 128 + int(stopped.sigval)
+        finally:
+            os.environ.clear()
+            os.environ.update(ours)
         if returncode != 0:
             print(f"bench run: {read_failures(Path(notes)).line()}", file=sys.stderr)
     return returncode

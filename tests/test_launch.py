@@ -1,0 +1,54 @@
+"""bench/harness/launch.py: ``bench run`` runs torchrun's agent in its own process and ends as torchrun would."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch.distributed.run
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from bench.harness import launch, processes
+from bench.harness.failures import FAILURE_DIR_VARIABLE
+
+
+def _agent(monkeypatch: pytest.MonkeyPatch, outcome: BaseException | None) -> list:
+    """torchrun's ``run`` replaced by one that records its arguments and the environment it would hand
+    the workers, then ends with ``outcome`` (None: the workers succeeded)."""
+    seen: list = []
+
+    def run(args) -> None:  # noqa: ANN001
+        seen.append((args, dict(os.environ)))
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(torch.distributed.run, "run", run)
+    return seen
+
+
+def test_the_agent_gets_torchruns_own_arguments_and_the_workers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _agent(monkeypatch, None)
+    assert launch.launch_local(2, ["run", "--strategy", "ddp"], "cpu", max_restarts=1, resolved="{}") == 0
+    (args, env), = seen
+    assert (args.standalone, args.nproc_per_node, args.max_restarts) == (True, "2", 1)
+    assert (args.module, args.training_script) == (True, "bench")
+    assert args.training_script_args == ["run", "--strategy", "ddp"]
+    assert env[launch.RESOLVED_CONFIG_VARIABLE] == "{}"
+    assert env[processes.LAUNCHER_VARIABLE] == str(os.getppid())  # the workers' torchrun is this process
+    assert Path(env[FAILURE_DIR_VARIABLE]).name.startswith("bench-failures-")
+    assert FAILURE_DIR_VARIABLE not in os.environ  # this process's own environment is back as it was
+
+
+@pytest.mark.parametrize(("outcome", "code"), [
+    (ChildFailedError("bench", {0: ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file="")}), 1),
+    (SignalException("stopped", signal.SIGTERM), 128 + signal.SIGTERM),
+])
+def test_a_failed_or_stopped_run_ends_with_torchruns_exit_code_and_one_line(
+    outcome: BaseException, code: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    _agent(monkeypatch, outcome)
+    assert launch.launch_local(2, ["run"], "cpu") == code
+    assert capsys.readouterr().err.startswith("bench run: ")
