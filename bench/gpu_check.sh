@@ -10,7 +10,10 @@
 # Losing least to a time limit:
 #   - the steps run most valuable first (what the CPU suite cannot see, then measurements, then what the
 #     CPU suite already checks), each under its own limit; the limits add up to BUDGET_S (480 s), and a
-#     step starts with no more than what is left of it, so the script ends within it whatever ran late;
+#     step starts with no more than what is left of it, less the report's limit, held back so that the
+#     report of whatever finished is always written;
+#   - with a GPU, the correctness checks that time nothing (bench verify on the GPU and on 2 CPU ranks) run
+#     beside the GPU tests, on the other cores, instead of after them; every timed step runs alone;
 #   - every row lands as it ends: OUT_DIR/steps.tsv gets one line per step (name, limit, seconds taken,
 #     exit code; exit "-" for a step no time was left for), `bench run` and `bench sweep` append each
 #     record as their run ends, and verify appends each row as it ends (and runs once per strategy);
@@ -19,15 +22,19 @@
 # the sweep asks only for strategies this machine can host, so it writes no skipped rows (each of which
 # captures the environment again).
 #
-# The limits are estimates for one H200 (torch's import and CUDA's start about 5 s a process, the large
-# presets' 0.7-0.8 B parameters a few seconds more to build), not yet measured: the first run's
-# steps.tsv is what to set them from.
+# The limits come from the first run on one H200 (reports/gpu-h200-1x-2026-12-04/steps.tsv): each process
+# took 10-16 s from start to record there (torch's and CUDA's start, the model's build, cuDNN's search),
+# whatever its steps, so a step's limit is its processes times about 14 s.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_check.sh OUT_DIR}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # the overrides: for tests/test_gpu_check.py
+if ! command -v python >/dev/null && command -v python3 >/dev/null; then
+  # Some GPU images name their interpreter python3 only.
+  shim=$(mktemp -d) && ln -s "$(command -v python3)" "$shim/python" && PATH=$shim:$PATH
+fi
 
 gpus=$(python -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
 gpus=${gpus:-0}
@@ -46,45 +53,91 @@ strategies=single,ddp verify_strategies=ddp verify_devices=1 sweep_preset=small
 [ "$gpus" -ge 2 ] && strategies=single,ddp,fsdp,tp,pp verify_strategies="ddp fsdp tp" verify_devices=2
 [ "$gpus" -eq 0 ] && sweep_preset=tiny
 budget=$((BUDGET_S * percent / 100))
+REPORT_S=20
+reserve=$((REPORT_S * percent / 100))  # held back for the report until it runs
 start_all=$SECONDS
 
 failed=0
+beside=()
 printf 'step\tlimit_s\ttook_s\texit\n' > "$out/steps.tsv"
 # step NAME LIMIT_S COMMAND...: runs COMMAND under LIMIT_S (scaled by percent, and cut to what is left of
-# the budget), keeps its output in OUT_DIR/NAME.log, and writes its steps.tsv row as it ends.
+# the budget beyond the report's reserve), keeps its output in OUT_DIR/NAME.log, writes its steps.tsv row
+# as it ends, and returns 1 if the command failed or could not start.
 step() {
   local name=$1 limit=$(($2 * percent / 100))
   shift 2
   [ "$limit" -lt 1 ] && limit=1
-  local left=$((budget - (SECONDS - start_all)))
+  local left=$((budget - reserve - (SECONDS - start_all)))
   if [ "$left" -lt 1 ]; then
     echo "== $name: no time left of the ${budget}s budget"
     printf '%s\t%s\t0\t-\n' "$name" "$limit" >> "$out/steps.tsv"
     failed=1
-    return
+    return 1
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (limit ${limit}s): $*"
   local start=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$out/$name.log"
-  local rc=${PIPESTATUS[0]}
+  timeout --kill-after=5 "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
   printf '%s\t%s\t%s\t%s\n' "$name" "$limit" "$((SECONDS - start))" "$rc" >> "$out/steps.tsv"
   if [ "$rc" -ne 0 ]; then
-    echo "== $name FAILED (exit $rc$([ "$rc" -eq 124 ] && echo ': time limit'))"
+    echo "== $name FAILED (exit $rc$([ "$rc" -eq 124 ] && echo ': time limit')); the end of $name.log:"
+    tail -n 20 "$out/$name.log"
     failed=1
+    return 1
   fi
+  tail -n 3 "$out/$name.log"
+}
+# step_beside NAME LIMIT_S COMMAND...: a step that times nothing, started in the background beside the next
+# foreground step where a GPU leaves the cores free, in the foreground on a CPU (whose cores the emulated
+# devices need); wait_beside collects its exit code.
+step_beside() {
+  if [ "$gpus" -gt 0 ]; then
+    step "$@" &
+    beside+=($!)
+  else
+    step "$@"
+  fi
+}
+wait_beside() {
+  local pid
+  for pid in "${beside[@]}"; do wait "$pid" || failed=1; done
+  beside=()
 }
 
 export out preset
 step environment 10 python -c 'import json, sys; from bench.harness.environment import environment
 json.dump(environment(), open(sys.argv[1], "w"), indent=1)' "$out/environment.json"
+# Equivalence with single on this GPU, one strategy per process so that each one's rows land as it ends.
+verify_runs() {
+  local rc=0 s
+  for s in $verify_strategies; do
+    python -m bench verify --models mlp --strategies "$s" --devices "$verify_devices" --out "$out/verify.jsonl" || rc=1
+  done
+  return $rc
+}
+# The sharded strategies on 2 gloo ranks, two per process (each process checks single first); the GPU is
+# hidden by an empty CUDA_VISIBLE_DEVICES, so `auto` is the CPU.
+verify_cpu_runs() {
+  local rc=0 s
+  for s in ddp,zero1 fsdp,tp; do
+    CUDA_VISIBLE_DEVICES= python -m bench verify --models transformer --strategies "$s" --devices 2 \
+      --out "$out/verify-cpu.jsonl" || rc=1
+  done
+  return $rc
+}
+export verify_strategies verify_devices
+export -f verify_runs verify_cpu_runs
 # What the CPU suite cannot see first: its CUDA bodies (tests/test_gpu.py: placement, the knobs, compile,
-# the refusals; with 2 GPUs ddp, pp, dp, tp, fsdp, zero1, mp and SyncBatchNorm).
-step gpu-tests 90 python -m pytest -q -p no:cacheprovider -m gpu tests
+# the refusals; with 2 GPUs ddp, pp, dp, tp, fsdp, zero1, mp and SyncBatchNorm), with the two verify steps
+# beside them (none of the three times anything).
+step_beside verify 40 bash -c verify_runs  # timeout runs programs, not shell functions
+step_beside verify-cpu 75 bash -c verify_cpu_runs
+step gpu-tests 100 python -m pytest -q -p no:cacheprovider -m gpu tests
+wait_beside
 # The transformer at its large preset once on its own: 737M parameters and 16 x 1024 tokens are under
-# 50 GB in fp32 (models/transformer.py), and 6 x 737M x 16384 = 7e13 FLOPs a step is under a second
-# in bf16 (the GPU default) at 20% of an H200's peak.
-step transformer 45 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
+# 50 GB in fp32 (models/transformer.py); on one H200 in bf16 a step took 150 ms.
+step transformer 30 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
   --warmup 2 --out "$out/transformer.jsonl"
 # The training knobs side by side on one model: each precision (tf32 exists on CUDA only) and activation
 # checkpointing at the default one; compile, the slowest (cold), comes later in a step of its own.
@@ -97,48 +150,34 @@ knob_runs() {
   knob --activation-checkpointing || rc=1
   return $rc
 }
-# Equivalence with single on this GPU, one strategy per process so that each one's rows land as it ends.
-verify_runs() {
-  local rc=0 s
-  for s in $verify_strategies; do
-    python -m bench verify --models mlp --strategies "$s" --devices "$verify_devices" --out "$out/verify.jsonl" || rc=1
-  done
-  return $rc
-}
-# The sharded strategies on 2 gloo ranks, two per process (each process checks single first).
-verify_cpu_runs() {
-  local rc=0 s
-  for s in ddp,zero1 fsdp,tp; do
-    python -m bench verify --models transformer --strategies "$s" --devices 2 --out "$out/verify-cpu.jsonl" || rc=1
-  done
-  return $rc
-}
-export precisions verify_strategies verify_devices
-export -f knob knob_runs verify_runs verify_cpu_runs
-step knobs 50 bash -c knob_runs  # timeout runs programs, not shell functions
-step verify 25 bash -c verify_runs
-# A short sweep at the small preset (tiny on the CPU): 8 runs of a few seconds each, not the large models' builds.
-step sweep 90 python -m bench sweep --models cnn,transformer --strategies "$strategies" --preset "$sweep_preset" \
+export precisions
+export -f knob knob_runs
+step knobs 80 bash -c knob_runs
+# A short sweep at the small preset (tiny on the CPU): single against ddp on the transformer, 2 repeats,
+# each run a fresh process (the cnn's knobs above already cover its GPU paths).
+step sweep 60 python -m bench sweep --models transformer --strategies "$strategies" --preset "$sweep_preset" \
   --microbatches 4 --repeats 2 --steps 5 --warmup 2 --out "$out/sweep.jsonl" --run-timeout-s 40 --calibration none
 # Predicted before measured on this GPU: a calibration of the large mlp (blocks, update, step overhead;
 # one GPU has no collectives to measure), then single and ddp on 1 GPU in fp32 (the calibration's
 # precision), each record carrying its prediction and prediction_error.
-step predict 60 bash -c 'python -m bench calibrate --model mlp --preset "$preset" --devices 1 --microbatches 1 \
+step predict 85 bash -c 'python -m bench calibrate --model mlp --preset "$preset" --devices 1 --microbatches 1 \
   --repeats 3 --out "$out/calibration-mlp.json" &&
   python -m bench sweep --strategies single,ddp --models mlp --devices 1 --preset "$preset" --precision fp32 \
   --repeats 2 --steps 5 --warmup 2 --calibration "$out/calibration-mlp.json" --out "$out/predicted.jsonl" \
   --run-timeout-s 25'
-step compile 45 bash -c 'knob --compile'
-step benchmark 20 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
+step benchmark 50 python -m pytest -q -p no:cacheprovider tests/benchmarks --benchmark --bench-models cnn \
   --bench-preset "$preset" --bench-steps 5 --bench-warmup 2 --benchmark-json="$out/benchmark.json"
-# Left out: transformer.jsonl (its single run would join the sweep's round-0 baseline of the speed-ups)
-# and verify-cpu.jsonl (CPU verdicts, not about this machine's GPU runs).
+# Compile last of the measurements, cold, on the transformer (its blocks are alike: one graph for all of
+# them; ResNet-50's 16 blocks of 8 shapes did not compile within 45 s on the H200), beside the step above.
+step compile 45 python -m bench run --strategy single --model transformer --preset "$preset" --steps 5 \
+  --warmup 2 --compile --out "$out/transformer.jsonl"
+# The report of whatever finished, with the time held back for it. Left out: verify-cpu.jsonl (CPU
+# verdicts, not about this machine's GPU runs).
+reserve=0
 inputs=()
-for f in "$out/sweep.jsonl" "$out/predicted.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" "$out/benchmark.json"; do
+for f in "$out/sweep.jsonl" "$out/predicted.jsonl" "$out/transformer.jsonl" "$out/knobs.jsonl" "$out/verify.jsonl" \
+  "$out/benchmark.json"; do
   [ -s "$f" ] && inputs+=("$f")
 done
-step report 20 python -m bench report "${inputs[@]}" --out "$out/report"
-# Last, what the CPU suite already checks: the sharded strategies on 2 gloo ranks of this machine's torch
-# (an empty CUDA_VISIBLE_DEVICES hides the GPU, so `auto` is the CPU).
-step verify-cpu 25 env CUDA_VISIBLE_DEVICES= bash -c verify_cpu_runs
+step report "$REPORT_S" python -m bench report "${inputs[@]}" --out "$out/report"
 exit $failed
