@@ -6,6 +6,8 @@
 # the CPU, sized down, and says so: every record is then marked emulated.
 #
 #   bash bench/gpu_check.sh OUT_DIR
+#   GPU_CHECK_ONLY=knobs,compile,report bash bench/gpu_check.sh OUT_DIR   # these steps alone (a rerun of
+#                                                                        # the ones a first run lost)
 #
 # Losing least to a time limit:
 #   - the steps run most valuable first (what the CPU suite cannot see, then measurements, then what the
@@ -27,7 +29,18 @@
 # whatever its steps, so a step's limit is its processes times about 14 s.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_check.sh OUT_DIR}
-cd "$(dirname "$0")/.."
+ONLY=${GPU_CHECK_ONLY:-}
+if [ -n "$ONLY" ]; then
+  names=$(grep -oE '^(step|step_beside) [a-z-]+' "${BASH_SOURCE[0]}" | cut -d' ' -f2 | tr '\n' ' ')
+  for name in ${ONLY//,/ }; do
+    if [[ " $names" != *" $name "* ]]; then
+      echo "gpu_check: GPU_CHECK_ONLY names no step '$name'; choose from: $names" >&2
+      exit 2
+    fi
+  done
+fi
+out=$(realpath -m "$out")  # before the cd: OUT_DIR is where the caller meant it
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # the overrides: for tests/test_gpu_check.py
@@ -66,6 +79,9 @@ printf 'step\tlimit_s\ttook_s\texit\n' > "$out/steps.tsv"
 step() {
   local name=$1 limit=$(($2 * percent / 100))
   shift 2
+  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then
+    return 0  # not asked for: no row
+  fi
   [ "$limit" -lt 1 ] && limit=1
   local left=$((budget - reserve - (SECONDS - start_all)))
   if [ "$left" -lt 1 ]; then

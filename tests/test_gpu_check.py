@@ -126,3 +126,15 @@ def test_the_verify_steps_run_beside_the_gpu_tests_on_a_gpu(tmp_path: Path) -> N
     status = {r[0]: r[3] for r in rows}
     assert (status["verify"], status["verify-cpu"], status["gpu-tests"]) == ("124", "124", "0")
     assert started(calls, "-m gpu tests") - started(calls, "bench verify --models mlp") < 0.9
+
+
+def test_gpu_check_only_runs_the_steps_it_names_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    rc, rows, calls = check(tmp_path, GPU_CHECK_ONLY="knobs,report")
+    assert rc == 0 and [r[0] for r in rows] == ["knobs", "report"]
+    assert not any("-m gpu tests" in c or "bench verify" in c for c in calls)
+    out = tmp_path / "unknown"
+    proc = subprocess.run(["bash", str(SCRIPT), str(out)], env={**os.environ, "GPU_CHECK_ONLY": "knobs,knob"},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and not out.exists()
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'knob'" in line and "knobs" in line and "compile" in line
