@@ -122,6 +122,29 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+SAME_LABEL = ["panel", "devices", "global_batch", "variant"]
+"""Where two configurations would show as one: a table row or a figure's point is named by these."""
+
+
+def distinct_variants(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs whose configurations share a panel, a device count, a batch and a variant label but differ in
+    what the label leaves out (a pytest-benchmark case's warm-up beside a `bench run`'s, say) get what sets
+    them apart in brackets, ``single [warmup=2]``: no table or figure shows two configurations under one name."""
+    if runs.empty:
+        return runs
+    runs = runs.copy()
+    for _, group in runs.groupby(SAME_LABEL, sort=False):
+        keys = list(dict.fromkeys(group["config_key"]))
+        if len(keys) < 2:
+            continue
+        configs = [json.loads(key) for key in keys]
+        differing = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k)) for c in configs}) > 1)
+        for key, config in zip(keys, configs, strict=True):
+            rows = group.index[group["config_key"] == key]
+            runs.loc[rows, "variant"] += " [" + ", ".join(f"{k}={config.get(k)}" for k in differing) + "]"
+    return runs
+
+
 MEMORY_KINDS = ("parameters", "gathered_parameters", "gradients", "optimizer_state", "activations", "temporaries",
                 "buffers", "total")
 
@@ -145,7 +168,8 @@ def load(paths: list[Path]) -> Results:
         good, broken = read_records(path)
         records += _checked(path, good)
         bad += [(path, b) for b in broken]
-    runs = [run_row(r) for r in records if r.get("kind", "run") == "run" and r["status"] == "ok"]
+    runs = distinct_variants(pd.DataFrame([run_row(r) for r in records if r.get("kind", "run") == "run"
+                                           and r["status"] == "ok"]))
     failures = [
         {"strategy": r["strategy"], "model": r["model"], "devices": r["device_count"], "status": r["status"],
          "reason": r.get("reason", "")}
@@ -159,7 +183,7 @@ def load(paths: list[Path]) -> Results:
     predictions = pd.DataFrame([prediction_row(r) for r in records if _kind(r) == "prediction"])
     published = pd.DataFrame([published_row(r) for r in records if _kind(r) == "published"])
     plans = pd.DataFrame([plan_row(r) for r in records if _kind(r) == "plan"])
-    return Results(pd.DataFrame(runs), pd.DataFrame(failures), pd.DataFrame(verify), records, bad, fidelity=fidelity,
+    return Results(runs, pd.DataFrame(failures), pd.DataFrame(verify), records, bad, fidelity=fidelity,
                    predictions=predictions, published=published, plans=plans)
 
 

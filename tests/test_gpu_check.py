@@ -13,8 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
-ORDER = ["environment", "verify", "verify-cpu", "gpu-tests", "transformer", "knobs", "sweep", "predict", "benchmark",
-         "compile", "report"]
+ORDER = ["environment", "verify", "verify-cpu", "gpu-tests", "transformer", "knobs", "sweep", "benchmark", "report"]
 BESIDE = {"verify", "verify-cpu"}
 """The steps that time nothing, run beside the GPU tests on a GPU machine."""
 
@@ -81,8 +80,10 @@ def test_every_step_writes_its_row_and_the_sweep_plans_no_row_one_gpu_cannot_hos
     assert rc == 0
     assert [r[0] for r in in_order(rows)] == ORDER and all(r[3] == "0" for r in rows)
     assert sum(int(r[1]) for r in rows if r[0] not in BESIDE) == 480
-    (sweep,) = [c for c in calls if "bench sweep --models transformer " in c]
-    assert "--strategies single,ddp " in sweep and "--preset small" in sweep
+    (calibrate,) = [c for c in calls if "bench calibrate" in c]
+    (sweep,) = [c for c in calls if "bench sweep" in c]
+    assert "--devices 1 " in calibrate and "--preset large" in calibrate
+    assert "--strategies single,ddp " in sweep and "--devices 1 " in sweep and "--calibration" in sweep
     verifies = [c for c in calls if "bench verify --models mlp" in c]
     assert verifies == [c for c in verifies if "--strategies ddp --devices 1" in c] and len(verifies) == 1
     assert sum("bench verify --models transformer" in c for c in calls) == 2  # one process per pair
@@ -137,4 +138,4 @@ def test_gpu_check_only_runs_the_steps_it_names_and_refuses_an_unknown_one(tmp_p
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and not out.exists()
     (line,) = proc.stderr.strip().splitlines()
-    assert "'knob'" in line and "knobs" in line and "compile" in line
+    assert "'knob'" in line and "knobs" in line and "benchmark" in line
