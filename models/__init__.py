@@ -14,6 +14,8 @@ FAMILIES: dict[str, Callable[..., ModelSpec]] = {
 }
 PRESETS = ("tiny", "small", "large")
 NORMS = cnn.NORMS
+NORMED_FAMILIES = frozenset({"cnn"})
+"""The families whose ``norm`` changes the model; the others accept it for a uniform signature and ignore it."""
 
 
 class ModelImportError(ValueError):
@@ -44,6 +46,14 @@ def resolve_builder(name: str) -> Callable[..., ModelSpec]:
     return builder
 
 
+def reads_norm(name: str) -> bool:
+    """Whether ``norm`` changes the model ``name`` builds: a family's by NORMED_FAMILIES, a user's builder
+    where it declares the argument."""
+    if name in FAMILIES:
+        return name in NORMED_FAMILIES
+    return "norm" in inspect.signature(resolve_builder(name)).parameters
+
+
 def build_model(name: str, preset: str = "small", norm: str = "batch") -> ModelSpec:
     """Builds a family's model, or calls a user's ``package.module:function``.
 
@@ -64,5 +74,5 @@ def build_model(name: str, preset: str = "small", norm: str = "batch") -> ModelS
     return spec
 
 
-__all__ = ["FAMILIES", "NORMS", "PRESETS", "ModelImportError", "ModelSpec", "TensorParallelPlan", "build_model",
-           "is_import_path"]
+__all__ = ["FAMILIES", "NORMED_FAMILIES", "NORMS", "PRESETS", "ModelImportError", "ModelSpec", "TensorParallelPlan",
+           "build_model", "is_import_path", "reads_norm"]

@@ -24,6 +24,7 @@ from bench.predict.runtime import (
     fitted_key,
     in_process,
     in_process_step_ms,
+    plain_step_configs,
     reference_batches,
     reference_configs,
     residuals,
@@ -90,6 +91,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     for d, (configs, step_ms) in references.items():
         calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
     fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
+    fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))
     canary_after = canary_ms()
     if abs(canary_after / canary_before - 1) > DRIFT_LIMIT:
         log.warning("the canary step took %.2f ms before the calibration and %.2f ms after it: the machine's "

@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import models
 from bench.harness.config import RunConfig, resolve
 from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import scenario_for
-from strategies import ConfigError, Launch, strategy_class
+from strategies import REFERENCE, ConfigError, Launch, strategy_class
 from strategies.cost_model import RuntimeOverheads
 from strategies.mesh import DIMS
 
@@ -48,9 +49,20 @@ FITTED_FIELDS = ("strategy", "model", "preset", "norm", "devices", "batch_size",
 
 
 def fitted_key(config: RunConfig) -> str:
-    """The name of ``config``'s configuration among the runs a calibration was fitted on."""
+    """The name of ``config``'s configuration among the runs a calibration was fitted on; ``norm`` only for
+    a model it changes (`bench calibrate` defaults to group, a sweep to batch: the mlp is the same model)."""
     flags = config.as_dict()
-    return json.dumps({name: flags[name] for name in FITTED_FIELDS}, sort_keys=True)
+    key = {name: flags[name] for name in FITTED_FIELDS}
+    if not models.reads_norm(str(flags["model"])):
+        key["norm"] = None
+    return json.dumps(key, sort_keys=True)
+
+
+def plain_step_configs(calibrated: RunConfig, batches: list[int]) -> list[RunConfig]:
+    """``single`` on one device at each batch the calibration timed whole plain steps at: its prediction
+    there is that step's own median (the step overhead is fitted through it), in-sample."""
+    return [resolve(calibrated.with_flags(strategy=REFERENCE, devices=1, batch_size=n, precision="fp32",
+                                          microbatches=1)) for n in batches]
 
 
 def fitted(calibration: object, config: RunConfig) -> bool | None:
