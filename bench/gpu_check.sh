@@ -63,8 +63,10 @@ else
   percent=${GPU_CHECK_LIMIT_PERCENT:-300}
 fi
 # One GPU hosts single and ddp on one rank; the sharded strategies need a device per rank.
-strategies=single,ddp verify_strategies=ddp verify_devices=1 sweep_devices=1
-[ "$gpus" -ge 2 ] && strategies=single,ddp,fsdp,tp,pp verify_strategies="ddp fsdp tp" verify_devices=2 sweep_devices=1,2
+# With 2, the calibration also times pp's micro-batches (4 of them) and the collectives on 2 GPUs.
+strategies=single,ddp verify_strategies=ddp verify_devices=1 sweep_devices=1 calibrated_microbatches=1
+[ "$gpus" -ge 2 ] && strategies=single,ddp,fsdp,tp,pp verify_strategies="ddp fsdp tp" verify_devices=2 \
+  sweep_devices=1,2 calibrated_microbatches=1,4
 budget=$((BUDGET_S * percent / 100))
 REPORT_S=20
 reserve=$((REPORT_S * percent / 100))  # held back for the report until it runs
@@ -173,9 +175,9 @@ step knobs 110 bash -c knob_runs
 # with 2 GPUs their collectives; one GPU has none to measure), then every strategy this machine hosts at
 # 1 device (and 2, with 2 GPUs) in fp32 (the calibration's precision), 2 repeats a configuration, each
 # record carrying its prediction and prediction_error.
-export strategies sweep_devices
+export strategies sweep_devices calibrated_microbatches
 step sweep 135 bash -c 'python -m bench calibrate --model mlp --preset "$preset" --devices "$sweep_devices" \
-  --microbatches 1 --repeats 3 --out "$out/calibration-mlp.json" &&
+  --microbatches "$calibrated_microbatches" --repeats 3 --out "$out/calibration-mlp.json" &&
   python -m bench sweep --strategies "$strategies" --models mlp --devices "$sweep_devices" --preset "$preset" \
   --precision fp32 --microbatches 4 --repeats 2 --steps 5 --warmup 2 --calibration "$out/calibration-mlp.json" \
   --out "$out/sweep.jsonl" --run-timeout-s 40'

@@ -24,7 +24,7 @@ line = " ".join(sys.argv[1:])
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write("%.3f " % time.time() + line.replace("\\n", " ") + "\\n")
 if "torch.cuda.device_count()" in line:
-    print(1)
+    print(os.environ.get("FAKE_GPUS", "1"))
 if os.environ.get("FAKE_HANG") and os.environ["FAKE_HANG"] in line:
     time.sleep(60)
 sys.exit(3 if os.environ.get("FAKE_FAIL") and os.environ["FAKE_FAIL"] in line else 0)
@@ -139,3 +139,14 @@ def test_gpu_check_only_runs_the_steps_it_names_and_refuses_an_unknown_one(tmp_p
     assert proc.returncode == 2 and not out.exists()
     (line,) = proc.stderr.strip().splitlines()
     assert "'knob'" in line and "knobs" in line and "benchmark" in line
+
+
+def test_two_gpus_sweep_and_verify_every_strategy_they_host_and_calibrate_what_it_needs(tmp_path: Path) -> None:
+    rc, rows, calls = check(tmp_path, FAKE_GPUS="2")
+    assert rc == 0 and [r[0] for r in in_order(rows)] == ORDER
+    (calibrate,) = [c for c in calls if "bench calibrate" in c]
+    (sweep,) = [c for c in calls if "bench sweep" in c]
+    assert "--devices 1,2 " in calibrate and "--microbatches 1,4 " in calibrate  # pp's micro-batches, 2 GPUs
+    assert "--strategies single,ddp,fsdp,tp,pp " in sweep and "--devices 1,2 " in sweep
+    verifies = [c.rpartition("--strategies ")[2].split()[0] for c in calls if "bench verify --models mlp" in c]
+    assert verifies == ["ddp", "fsdp", "tp"]

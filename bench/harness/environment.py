@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -49,7 +50,13 @@ def _gpu_topology() -> str | None:
         out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return plain_text(out.stdout) or None if out.returncode == 0 else None
+
+
+def plain_text(terminal_output: str) -> str:
+    """``terminal_output`` without its escape sequences: nvidia-smi underlines its header even into a pipe,
+    and the report would show the codes."""
+    return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", terminal_output).strip()
 
 
 def environment() -> dict[str, Any]:
