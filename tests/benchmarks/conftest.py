@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strategies import STRATEGIES, Launch
-from tests.helpers.matrix import cases
+from tests.helpers.matrix import cases, refusal
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -13,7 +13,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" in metafunc.fixturenames:
         wanted = Launch.IN_PROCESS if metafunc.definition.name == "test_step" else Launch.PER_DEVICE
         matrix = [c for c in cases(metafunc.config) if STRATEGIES[c.strategy].launch is wanted]
-        metafunc.parametrize("case", matrix, ids=[c.id for c in matrix])
+        metafunc.parametrize("case", [
+            pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=f"bench refuses it: {why}")] if why else [])
+            for c in matrix for why in [refusal(c)]])
 
 
 @pytest.fixture(scope="session")

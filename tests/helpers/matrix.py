@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
-from bench.harness.config import RunConfig, checked_microbatches, default_device_counts, gpus_available
-from strategies import STRATEGIES
+from bench.harness.config import RunConfig, checked_microbatches, default_device_counts, gpus_available, resolve
+from strategies import STRATEGIES, ConfigError
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,8 @@ def _device_counts(option: str | None) -> list[int]:
 
 
 def cases(config: pytest.Config) -> list[Case]:
-    """The matrix: each strategy at each device count it can use, with the knobs it can take. Any case
-    ``bench`` still refuses is a matrix that plans what cannot run: its test fails (test_matrix.py)."""
+    """The matrix: each strategy at each device count it can use, with the knobs it can take. Whether the
+    model can take the strategy (a tensor-parallel plan, enough blocks for the stages) is ``refusal``'s to say."""
     strategies = (config.getoption("--bench-strategies") or ",".join(STRATEGIES)).split(",")
     model_names = config.getoption("--bench-models").split(",")
     preset = config.getoption("--bench-preset") or ("large" if torch.cuda.is_available() else "tiny")
@@ -49,6 +51,17 @@ def cases(config: pytest.Config) -> list[Case]:
                 continue
             out += [Case(name, model, devices, preset, precision, compiled) for model in model_names]
     return out
+
+
+def refusal(case: Case) -> str | None:
+    """Why ``bench`` refuses ``case`` (in its one line), or None where it runs: the matrix's tp on the cnn, say,
+    which has no tensor-parallel plan. Such a case is skipped with that reason, as the sweep writes a skipped
+    row for it, instead of failing on a 2-device machine."""
+    try:
+        resolve(base_config(case, 1, 0, str(Path(tempfile.gettempdir()) / "bench-matrix.jsonl")))
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def base_config(case: Case, steps: int, warmup: int, out: str) -> RunConfig:
