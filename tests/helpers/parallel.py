@@ -8,7 +8,7 @@ marked disturbed and re-run, its timing targets would flake. So ``QuickThenAlone
 tests as xdist's load scheduler does, and only once every other worker has finished gives the
 launching ones, in collection order, to the one left.
 
-Without pytest-xdist installed (the GPU machines have none) nothing changes: the suite runs in one
+Without pytest-xdist installed nothing changes: the suite runs in one
 process. With it, ``python -m pytest`` over the whole suite (no file or test named, no ``-s``/``--pdb``,
 no ``--benchmark``) starts up to 4 workers by itself; ``-n N`` picks the count, ``-n 0`` or ``-p no:xdist``
 runs serially, and a file or test named on the command line runs in this process, so the inner loop
