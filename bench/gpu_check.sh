@@ -2,8 +2,8 @@
 # The GPU check, in one script and at most 8 minutes on one GPU, with the machine's own torch (it
 # installs nothing): the GPU tests with bench verify on the GPU and the sharded strategies on CPU ranks
 # beside them, the transformer at its large preset, the training knobs, a calibrated sweep (predictions
-# against measurements), `pytest --benchmark` and the report, everything written into OUT_DIR. Without a GPU it runs the same steps on
-# the CPU, sized down, and says so: every record is then marked emulated.
+# against measurements), `pytest --benchmark` and the report, everything written into OUT_DIR. Without a
+# GPU it runs the same steps on the CPU, sized down, and says so: every record is then marked emulated.
 #
 #   bash bench/gpu_check.sh OUT_DIR
 #   GPU_CHECK_ONLY=knobs,report bash bench/gpu_check.sh OUT_DIR   # these steps alone (a rerun of the
@@ -11,9 +11,8 @@
 #
 # Losing least to a time limit:
 #   - the steps run most valuable first (what the CPU suite cannot see, then measurements), each under
-#     its own limit; the limits add up to BUDGET_S (480 s), and a
-#     step starts with no more than what is left of it, less the report's limit, held back so that the
-#     report of whatever finished is always written;
+#     its own limit; the limits add up to BUDGET_S (480 s), and a step starts with no more than what is
+#     left of it, less the report's limit, held back so that the report of whatever finished is written;
 #   - with a GPU, the correctness checks that time nothing (bench verify on the GPU and on 2 CPU ranks) run
 #     beside the GPU tests, on the other cores, instead of after them; every timed step runs alone;
 #   - every row lands as it ends: OUT_DIR/steps.tsv gets one line per step (name, limit, seconds taken,
