@@ -14,6 +14,7 @@ import pandas as pd
 from bench.harness import labels
 from bench.harness.records import BadLine, RecordError, read_records
 from reports.benchmark_json import benchmark_records
+from reports.scaling import distinct_variants
 from strategies.mesh import DP, DP_SHARD, PP, TP
 
 log = logging.getLogger(__name__)
@@ -120,29 +121,6 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "update_ms": fields.get("update_ms"),
         "prediction_error": record.get("prediction_error"),
     }
-
-
-SAME_LABEL = ["panel", "devices", "global_batch", "variant"]
-"""Where two configurations would show as one: a table row or a figure's point is named by these."""
-
-
-def distinct_variants(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs whose configurations share a panel, a device count, a batch and a variant label but differ in
-    what the label leaves out (a pytest-benchmark case's warm-up beside a `bench run`'s, say) get what sets
-    them apart in brackets, ``single [warmup=2]``: no table or figure shows two configurations under one name."""
-    if runs.empty:
-        return runs
-    runs = runs.copy()
-    for _, group in runs.groupby(SAME_LABEL, sort=False):
-        keys = list(dict.fromkeys(group["config_key"]))
-        if len(keys) < 2:
-            continue
-        configs = [json.loads(key) for key in keys]
-        differing = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k)) for c in configs}) > 1)
-        for key, config in zip(keys, configs, strict=True):
-            rows = group.index[group["config_key"] == key]
-            runs.loc[rows, "variant"] += " [" + ", ".join(f"{k}={config.get(k)}" for k in differing) + "]"
-    return runs
 
 
 MEMORY_KINDS = ("parameters", "gathered_parameters", "gradients", "optimizer_state", "activations", "temporaries",

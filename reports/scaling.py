@@ -1,4 +1,4 @@
-"""Repeats into configurations, and each configuration's speed-up over its baseline.
+"""Repeats into configurations (each under a label of its own), and each configuration's speed-up over its baseline.
 
 The baseline is ``single`` at the same model, size, global batch and precision. Where no ``single``
 run holds that batch (it ran out of memory, or failed), it is the fastest configuration at the
@@ -8,6 +8,7 @@ its efficiency speed-up / (devices / the baseline's devices).
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 
@@ -19,6 +20,29 @@ from strategies import REFERENCE
 BASELINE_KEYS = ["panel", "global_batch", "precision", "accelerator"]
 """What a run shares with the run it is compared with: model and size, global batch, arithmetic."""
 SINGLE = REFERENCE
+
+
+SAME_LABEL = ["panel", "devices", "global_batch", "variant"]
+"""Where two configurations would show as one: a table row or a figure's point is named by these."""
+
+
+def distinct_variants(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs whose configurations share a panel, a device count, a batch and a variant label but differ in
+    what the label leaves out (a pytest-benchmark case's warm-up beside a `bench run`'s, say) get what sets
+    them apart in brackets, ``single [warmup=2]``: no table or figure shows two configurations under one name."""
+    if runs.empty:
+        return runs
+    runs = runs.copy()
+    for _, group in runs.groupby(SAME_LABEL, sort=False):
+        keys = list(dict.fromkeys(group["config_key"]))
+        if len(keys) < 2:
+            continue
+        configs = [json.loads(key) for key in keys]
+        differing = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k)) for c in configs}) > 1)
+        for key, config in zip(keys, configs, strict=True):
+            rows = group.index[group["config_key"] == key]
+            runs.loc[rows, "variant"] += " [" + ", ".join(f"{k}={config.get(k)}" for k in differing) + "]"
+    return runs
 
 
 def left_out(runs: pd.DataFrame) -> pd.Series:
