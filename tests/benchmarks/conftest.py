@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strategies import STRATEGIES, Launch
-from tests.helpers.matrix import cases, refusal
+from tests.helpers.matrix import Case, cases, refusal
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -13,9 +13,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" in metafunc.fixturenames:
         wanted = Launch.IN_PROCESS if metafunc.definition.name == "test_step" else Launch.PER_DEVICE
         matrix = [c for c in cases(metafunc.config) if STRATEGIES[c.strategy].launch is wanted]
-        metafunc.parametrize("case", [
-            pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=f"bench refuses it: {why}")] if why else [])
-            for c in matrix for why in [refusal(c)]])
+        metafunc.parametrize("case", [_planned(c) for c in matrix])
+
+
+def _planned(case: Case) -> object:
+    """``case`` as a parameter, skipped with bench's reason where bench refuses it (the sweep's skipped row)."""
+    why = refusal(case)
+    return pytest.param(case, id=case.id, marks=[pytest.mark.skip(reason=f"bench refuses it: {why}")] if why else [])
 
 
 @pytest.fixture(scope="session")
