@@ -56,6 +56,27 @@ def test_a_strategy_with_no_point_in_the_sweep_gets_a_skipped_row_saying_why(tmp
     assert hybrid.skip_reason == "hybrid needs at least 4 devices; this sweep's device counts are 1, 2"
 
 
+def test_a_sweep_without_one_device_still_plans_single_as_every_speed_up_s_baseline(tmp_path: Path) -> None:
+    base = RunConfig.from_flags(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"))
+    sweep = SweepConfig(strategies=("single", "ddp"), models=("mlp",), devices=(2,), base=base)
+    runs = [(r.config.strategy, r.config.run.devices, r.skip_reason) for r in plan(sweep)]
+    assert runs == [("ddp", 2, None), ("single", 1, None)]
+
+
+def test_one_sweep_runs_gpipe_1f1b_and_interleaved_1f1b_each_at_its_own_stages_per_rank(tmp_path: Path) -> None:
+    def stages(**flags: object) -> dict[str, tuple[int, str | None]]:
+        base = RunConfig.from_flags(preset="tiny", batch_size=8, out=str(tmp_path / "s.jsonl"), **flags)
+        sweep = SweepConfig(strategies=("pp",), models=("mlp",), devices=(2,), base=base, microbatches=(4,),
+                            schedules=("gpipe", "1f1b", "interleaved-1f1b"))
+        return {r.config.pipeline.schedule: (r.config.pipeline.stages_per_rank, r.skip_reason) for r in plan(sweep)}
+
+    assert stages() == {"gpipe": (1, None), "1f1b": (1, None), "interleaved-1f1b": (2, None)}
+    # stages per rank the user set are kept, for every schedule: gpipe and 1f1b then say why they cannot
+    chosen = stages(stages_per_rank=2)
+    assert chosen["interleaved-1f1b"] == (2, None)
+    assert chosen["gpipe"][0] == 2 and "stage" in chosen["gpipe"][1]
+
+
 def sweep_args(out: Path, *extra: str) -> list[str]:
     return ["sweep", "--repeats", "1", "--strategies", "single", "--devices", "1", "--preset", "tiny", "--steps", "1",
             "--warmup", "1", "--calibration", "none",

@@ -12,6 +12,7 @@ from bench.harness.config import RunConfig, resolve, unread_groups_reset
 from bench.harness.labels import run_label
 from strategies import REFERENCE, STRATEGIES, ConfigError, Strategy
 from strategies.options import FSDPOptions, PipelineOptions, SplitOptions
+from strategies.schedules import BY_NAME as SCHEDULES_BY_NAME
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,11 @@ def plan(sweep: SweepConfig) -> list[PlannedRun]:
     for strategy, model in itertools.product(sweep.strategies, sweep.models):
         cls = STRATEGIES[strategy]
         fits = [d for d in sweep.devices if d >= cls.min_devices and (cls.max_devices is None or d <= cls.max_devices)]
-        if not fits:
-            grid.append(_too_few_devices(sweep, cls, model))
+        if not fits and strategy != REFERENCE:  # the reference comes back below, as every other run's baseline
+            grid.append(_no_device_count(sweep, cls, model))
         for devices in fits:
-            axes = _axes(sweep, cls)
-            for values in itertools.product(*axes.values()):
-                point: dict[str, Any] = dict(zip(axes, values, strict=True))
+            for values in itertools.product(*_axes(sweep, cls)):
+                point: dict[str, Any] = {flag: value for flags in values for flag, value in flags.items()}
                 config = sweep.base.with_flags(strategy=strategy, model=model, devices=devices, scaling=sweep.scaling,
                     batch_size=_global_batch(sweep, model, devices), **point,
                 )
@@ -82,12 +82,15 @@ def plan(sweep: SweepConfig) -> list[PlannedRun]:
             for r in range(sweep.repeats) for run in grid if r == 0 or run.skip_reason is None]
 
 
-def _too_few_devices(sweep: SweepConfig, cls: type[Strategy], model: str) -> PlannedRun:
-    """The row that says why a strategy has no point in this sweep: it needs more devices than any count in it."""
+def _no_device_count(sweep: SweepConfig, cls: type[Strategy], model: str) -> PlannedRun:
+    """The row that says why a strategy has no point in this sweep: no device count in it is one it runs on."""
     config = sweep.base.with_flags(strategy=cls.name, model=model, devices=cls.min_devices,
                                    scaling=sweep.scaling, batch_size=_global_batch(sweep, model, cls.min_devices))
     counts = ", ".join(map(str, sweep.devices))
-    reason = f"{cls.name} needs at least {cls.min_devices} devices; this sweep's device counts are {counts}"
+    if cls.max_devices is not None and min(sweep.devices) > cls.max_devices:
+        reason = f"{cls.name} runs on at most {cls.max_devices} device(s); this sweep's device counts are {counts}"
+    else:
+        reason = f"{cls.name} needs at least {cls.min_devices} devices; this sweep's device counts are {counts}"
     return PlannedRun(unread_groups_reset(config), skip_reason=reason)
 
 
@@ -96,24 +99,35 @@ def _baselines(sweep: SweepConfig, grid: list[PlannedRun]) -> list[PlannedRun]:
     every speed-up is against one device doing the same work."""
     if REFERENCE not in sweep.strategies:
         return []
-    have = {(r.config.workload.model, r.config.run.batch_size) for r in grid if r.config.strategy == REFERENCE}
+    have = {(r.config.workload.model, r.config.run.batch_size) for r in grid
+            if r.config.strategy == REFERENCE and r.skip_reason is None}
     wanted = sorted({(r.config.workload.model, r.config.run.batch_size) for r in grid if r.skip_reason is None} - have)
     return [_checked(sweep.base.with_flags(strategy=REFERENCE, model=model, devices=1,
                                            scaling=sweep.scaling, batch_size=batch), needs_gpus=False)
             for model, batch in wanted]
 
 
-def _axes(sweep: SweepConfig, cls: type[Strategy]) -> dict[str, tuple[object, ...]]:
-    """The sweep's axes that ``cls`` reads: micro-batches for strategies that split, schedules for pipelines,
-    ZeRO-3 and ZeRO-2 for fsdp."""
-    axes: dict[str, tuple[object, ...]] = {}
+def _axes(sweep: SweepConfig, cls: type[Strategy]) -> list[tuple[dict[str, object], ...]]:
+    """The sweep's axes that ``cls`` reads, each a tuple of the flags of its points: micro-batches for
+    strategies that split, schedules for pipelines, ZeRO-3 and ZeRO-2 for fsdp."""
+    axes: list[tuple[dict[str, object], ...]] = []
     if SplitOptions in cls.reads:
-        axes["microbatches"] = sweep.microbatches
+        axes.append(tuple({"microbatches": m} for m in sweep.microbatches))
     if PipelineOptions in cls.reads:
-        axes["schedule"] = sweep.schedules
+        axes.append(tuple(_schedule_point(sweep, name) for name in sweep.schedules))
     if FSDPOptions in cls.reads:
-        axes["reshard_after_forward"] = sweep.reshard_after_forward
+        axes.append(tuple({"reshard_after_forward": r} for r in sweep.reshard_after_forward))
     return axes
+
+
+def _schedule_point(sweep: SweepConfig, name: str) -> dict[str, object]:
+    """A schedule's flags: an interleaved schedule (two stages per rank or more) gets its fewest stages per rank
+    unless the sweep sets them, so that one sweep compares gpipe, 1f1b and interleaved-1f1b."""
+    pipeline = sweep.base.group(PipelineOptions)
+    info = SCHEDULES_BY_NAME.get(name)
+    if info is None or pipeline.stages_per_rank != PipelineOptions.stages_per_rank:  # unknown (refused later), or set
+        return {"schedule": name}
+    return {"schedule": name, "stages_per_rank": max(pipeline.stages_per_rank, info.min_v)}
 
 
 def _global_batch(sweep: SweepConfig, model: str, devices: int) -> int:
