@@ -251,3 +251,36 @@ def test_the_slowdown_counts_the_waits_between_steps() -> None:
         now[0] += 0.001 + (0.006 if i % 4 == 3 else 0.0)
 
     assert mean_step_s(step, 0.1, clock) == pytest.approx(0.0025, rel=0.05)
+
+
+def test_blocks_are_timed_only_at_batches_the_model_trains_on(caplog: pytest.LogCaptureFixture) -> None:
+    # The cnn's last BatchNorm sees one value per channel at batch 1 and refuses to train: a sweep of 32
+    # samples over 4 devices x 8 micro-batches asked the calibration for that batch, and the whole sweep died.
+    import functools
+
+    import torch
+
+    from bench.predict.compute import compute_costs
+
+    make = functools.partial(models.build_model, "cnn", "tiny", "batch")
+    costs = compute_costs(make, [1, 2, 4], lambda params: torch.optim.SGD(params, lr=0.01), torch.device("cpu"), 1)
+    assert "not timed at batch 1" in caplog.text
+    assert all(block.forward_ms.at(1) > 0 for block in costs.blocks)  # batch 1 from the line over 2 and 4
+    with pytest.raises(ValueError, match="trains at none of the batches calibration times \\(1\\)"):
+        compute_costs(make, [1], lambda params: torch.optim.SGD(params, lr=0.01), torch.device("cpu"), 1)
+
+
+def test_a_failed_calibration_costs_its_model_s_predictions_not_the_sweep(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from bench.harness.config import RunConfig, resolve
+    from bench.predict import for_sweep
+
+    def failing(config: object, *args: object, **kwargs: object) -> None:
+        raise ValueError("Expected more than 1 value per channel when training")
+
+    monkeypatch.setattr(for_sweep, "calibrate", failing)
+    configs = [resolve(RunConfig.from_flags(model=model, preset="tiny", out=str(tmp_path / "sweep.jsonl")))
+               for model in ("mlp", "cnn")]
+    predictor = for_sweep.sweep_predictor("auto", configs, (2,), (4,), tmp_path / "sweep.jsonl")
+    assert predictor.calibrations == {}
+    assert "cnn/tiny is not predicted: its calibration failed: ValueError: Expected more than 1" in caplog.text

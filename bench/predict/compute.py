@@ -97,7 +97,15 @@ def compute_costs(
 ) -> ComputeCosts:
     """Every block's forward and backward as lines over ``batches``, and the optimizer's per-parameter time."""
     spec = make_spec()
-    per_batch = {n: block_times_ms(spec, n, device, repeats) for n in batches}
+    per_batch = {}
+    for n in batches:
+        try:
+            per_batch[n] = block_times_ms(spec, n, device, repeats)
+        except ValueError as exc:  # BatchNorm training on one value per channel: the cnn's last block at batch 1
+            log.warning("the blocks are not timed at batch %d, where the model cannot train: %s", n, exc)
+    if not per_batch:
+        raise ValueError(f"the model trains at none of the batches calibration times ({', '.join(map(str, batches))})")
+    batches = list(per_batch)  # no run trains where the model cannot: the lines are fitted over the others
     split = {n: split_backward_ms(spec, n, device, repeats) for n in batches}
 
     def split_line(i: int, part: int) -> Line | None:

@@ -92,6 +92,9 @@ def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, .
             except Disturbed as exc:  # the runs are still measured (and judged); only their predictions go
                 log.warning("%s/%s is not predicted: %s", *key, exc)
                 continue
+            except Exception as exc:  # a calibration that fails costs its model's predictions, not the sweep
+                log.warning("%s/%s is not predicted: its calibration failed: %s: %s", *key, type(exc).__name__, exc)
+                continue
             calibration.save(path)
         predictor.calibrations[key], predictor.sources[key] = calibration, f"calibration {path}"
     return predictor
