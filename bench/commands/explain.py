@@ -1,4 +1,5 @@
-"""``python -m bench explain dp``: the PyTorch tutorial's DataParallel demonstration, made exact.
+"""``python -m bench explain dp``: the PyTorch tutorial's DataParallel demonstration, made exact; ``explain pp``
+draws a pipeline schedule (bench/commands/explain_pipeline.py).
 
 The tutorial feeds a RandomDataset of 100 samples of size 5, in batches of 30, to a
 ``Linear(5, 2)`` wrapped in nn.DataParallel on 3 GPUs and prints each replica's input size.
@@ -99,20 +100,51 @@ def explain_dp(devices: int, batch_size: int, dataset_size: int, gpus: int) -> l
     return lines
 
 
+DP_FLAGS = ("batch_size", "dataset_size")
+PP_FLAGS = ("microbatches", "schedule", "stages_per_rank")
+
+
 def add_explain_parser(commands: argparse._SubParsersAction) -> None:
     """Registers ``explain`` with the CLI."""
     explain = commands.add_parser("explain", help="show how a strategy splits the work, step by step")
-    explain.add_argument("strategy", choices=["dp"], help="the strategy to explain")
-    explain.add_argument("--devices", type=int, default=3, help="devices to split over (default: 3)")
-    explain.add_argument("--batch-size", type=int, default=30, help="samples per batch (default: 30)")
-    explain.add_argument("--dataset-size", type=int, default=100, help="samples in the dataset (default: 100)")
+    explain.add_argument("strategy", choices=["dp", "pp"], help="the strategy to explain")
+    explain.add_argument("--devices", type=int, default=None, help="devices to split over (default: dp 3, pp 2)")
+    explain.add_argument("--batch-size", type=int, default=None, help="dp: samples per batch (default: 30)")
+    explain.add_argument("--dataset-size", type=int, default=None, help="dp: samples in the dataset (default: 100)")
+    explain.add_argument("--microbatches", type=int, default=None, help="pp: micro-batches per step (default: 4)")
+    explain.add_argument("--schedule", default=None, help="pp: the schedule, as bench run takes it (default: gpipe)")
+    explain.add_argument("--stages-per-rank", type=int, default=None,
+                         help="pp: stages per rank (default: the schedule's fewest)")
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Prints the explanation; bad numbers are one line and exit code 2."""
-    for name in ("devices", "batch_size", "dataset_size"):
-        if getattr(args, name) < 1:
+    own, other = (DP_FLAGS, PP_FLAGS) if args.strategy == "dp" else (PP_FLAGS, DP_FLAGS)
+    for name in other:
+        if getattr(args, name) is not None:
+            fail("bench explain", f"--{name.replace('_', '-')} is not read by {args.strategy} "
+                                  f"(it reads --devices, {', '.join('--' + n.replace('_', '-') for n in own)})")
+    for name in ("devices", "batch_size", "dataset_size", "microbatches", "stages_per_rank"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             fail("bench explain", f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.strategy == "pp":
+        print("\n".join(_pipeline(args.devices or 2, args.schedule or "gpipe", args.stages_per_rank,
+                                   args.microbatches or 4)))
+        return 0
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    print("\n".join(explain_dp(args.devices, args.batch_size, args.dataset_size, gpus)))
+    print("\n".join(explain_dp(args.devices or 3, args.batch_size or 30, args.dataset_size or 100, gpus)))
     return 0
+
+
+def _pipeline(ranks: int, schedule: str, stages_per_rank: int | None, microbatches: int) -> list[str]:
+    """``explain pp``'s lines, after the checks ``bench run`` makes of the same numbers (one line, exit 2)."""
+    from bench.commands.explain_pipeline import explain_pipeline
+    from strategies.schedules import available_schedules, check_schedule, schedule_info
+
+    try:
+        info = schedule_info(schedule, available_schedules())
+        v = info.min_v if stages_per_rank is None else stages_per_rank
+        check_schedule(info, ranks, v, microbatches)
+    except ValueError as exc:
+        fail("bench explain", str(exc))
+    return explain_pipeline(info, ranks, v, microbatches)
