@@ -108,3 +108,20 @@ def test_the_norm_names_another_configuration_only_for_a_model_it_changes(tmp_pa
 
     assert key("mlp", "batch") == key("mlp", "group")
     assert key("cnn", "batch") != key("cnn", "group")
+
+
+def test_reference_runs_avoid_the_global_batch_they_were_calibrated_for(tmp_path: Path) -> None:
+    # The small transformer's default batch is 16: at 4 ranks the reference runs (4 a rank) were the sweep's
+    # own ddp, zero1, fsdp, tp and pp configurations, whose errors were then in-sample, not held out.
+    from bench.predict.runtime import PER_RANK, reference_batches, reference_configs, reference_per_rank
+
+    def batches(calibrated_batch: int, ranks: int) -> set[int]:
+        calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", batch_size=calibrated_batch,
+                                                  out=str(tmp_path / "runs.jsonl"), accelerator="cpu"))
+        return {c.run.batch_size for c in reference_configs(calibrated, str(tmp_path / "r.jsonl"), ranks).values()}
+
+    assert batches(16, 4) == {32} and batches(16, 2) == {8} and batches(64, 4) == {16}
+    assert reference_per_rank(4, 16) == 2 * PER_RANK and reference_per_rank(2, 16) == PER_RANK
+    # calibration times the blocks at each reference run's per-process batches: ddp's share, pp's micro-batch
+    # (4 of them), tp's whole batch
+    assert reference_batches(4, 8) == [8, 32] and reference_batches(2) == [2, 4, 8]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import tempfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from bench.predict.runtime import (
     plain_step_configs,
     reference_batches,
     reference_configs,
+    reference_per_rank,
     residuals,
 )
 
@@ -57,8 +59,9 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
                                   config.workload.norm)
     parallel = sorted(d for d in set(devices) if d > 1)
-    batches = sorted({*calibration_batches(config.run.batch_size, devices, microbatches),
-                      *(n for d in parallel for n in reference_batches(d))})
+    at_references = itertools.chain(*(reference_batches(d, reference_per_rank(d, config.run.batch_size))
+                                      for d in parallel))
+    batches = sorted({*calibration_batches(config.run.batch_size, devices, microbatches), *at_references})
     cuda = config.run.accelerator == "cuda"
     canary_before = canary_ms()
     calibration_arithmetic(config.run.precision)

@@ -72,21 +72,33 @@ def fitted(calibration: object, config: RunConfig) -> bool | None:
     return None if runs is None else fitted_key(config) in runs
 
 
-def reference_batches(ranks: int) -> list[int]:
+PER_RANK = 4
+"""Samples per rank of a reference run, doubled where that global batch is the calibrated one (below)."""
+
+
+def reference_per_rank(ranks: int, calibrated_batch: int | None) -> int:
+    """Samples per rank of the reference runs on ``ranks`` ranks: ``PER_RANK``, unless ``ranks * PER_RANK`` is the
+    global batch calibrated for (the sweep's), where its residual would be fitted on the very runs it then
+    predicts (the small transformer's 16 at 4 ranks): then twice that."""
+    return 2 * PER_RANK if ranks * PER_RANK == calibrated_batch else PER_RANK
+
+
+def reference_batches(ranks: int, per_rank: int = PER_RANK) -> list[int]:
     """The per-process batches the reference runs compute at (calibration times the blocks there too):
     ddp's share, pp's micro-batch, tp's whole batch."""
-    return [MICROBATCHES, ranks, ranks * MICROBATCHES]
+    return sorted({per_rank, max(1, ranks * per_rank // MICROBATCHES), ranks * per_rank})
 
 
 def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, RunConfig]:
     """The reference runs on ``ranks`` ranks: each strategy whose cost model fits a residual there
     (``CostModel.reference_options``), in the registry's order (zero1's residual is what it costs beyond
     ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, a global batch of
-    ``ranks * MICROBATCHES``, the default options."""
+    ``ranks * reference_per_rank``, the default options."""
     workload = calibrated.workload
     base = RunConfig.from_flags(out=out, accelerator=calibrated.run.accelerator, backend=calibrated.run.backend,
                                 optimizer=workload.optimizer, precision="fp32", model=workload.model,
-                                preset=workload.preset, norm=workload.norm, batch_size=ranks * MICROBATCHES,
+                                preset=workload.preset, norm=workload.norm,
+                                batch_size=ranks * reference_per_rank(ranks, calibrated.run.batch_size),
                                 steps=REFERENCE_STEPS, warmup=2, devices=ranks)
     configs = {}
     for name in predicted_strategies():
