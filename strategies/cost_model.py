@@ -51,6 +51,9 @@ class Scenario:
     and ``tp_layers`` layers the plan parallelizes."""
     tp_pairs: tuple[int, ...] = ()
     tp_layers: tuple[int, ...] = ()
+    tp_split_share: tuple[float, ...] = ()
+    """tp: per block of the model, the share of its saved activations its plan splits over the ranks (the
+    attention's heads, the MLP's hidden: models/sizes.py), whatever precision they are kept in."""
     threads: int | None = None
     """The threads each process computes with; None: what the launcher gives it (``threads_per_process``)."""
 

@@ -78,19 +78,26 @@ def parallelize_blocks(blocks: nn.Module, styles: dict[str, str], mesh: DeviceMe
 
 
 @functools.lru_cache(maxsize=32)
-def _plan_shape(model: str, preset: str, norm: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def _plan_shape(model: str, preset: str, norm: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                                             tuple[float, ...]]:
     """The blocks the model's tp plan splits, each one's row-wise (all-reduce) layers and all its planned
-    layers. Once per model a process: bench plan specialises thousands of candidates of one model."""
+    layers, and per block of the model the share of its saved bytes the plan splits. Once per model a
+    process: bench plan specialises thousands of candidates of one model."""
     import models
+    from models.sizes import saved_bytes_per_sample, tp_split_saved_bytes_per_sample
 
     with torch.device("meta"):
-        plan = models.build_model(model, preset, norm).tp_plan
-    styles = plan.styles if plan else {}
+        spec = models.build_model(model, preset, norm)
+    styles = spec.tp_plan.styles if spec.tp_plan else {}
     block_of = {path: int(path.split(".")[0]) for path in styles}
     blocks = sorted(set(block_of.values()))
     pairs = tuple(sum(block_of[p] == b and style == ROWWISE for p, style in styles.items()) for b in blocks)
     layers = tuple(sum(block_of[p] == b for p in styles) for b in blocks)
-    return tuple(blocks), pairs, layers
+    shares: tuple[float, ...] = ()
+    if styles:
+        split, whole = tp_split_saved_bytes_per_sample(spec, styles), saved_bytes_per_sample(spec)
+        shares = tuple(part / total if total else 0.0 for part, total in zip(split, whole, strict=True))
+    return tuple(blocks), pairs, layers, shares
 
 
 class TensorParallelCost(CostModel):
@@ -101,8 +108,9 @@ class TensorParallelCost(CostModel):
     """Per layer the plan parallelizes: DTensor's dispatch and redistribution around each, forward and backward."""
 
     def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
-        blocks, pairs, layers = _plan_shape(model, preset, norm)
-        return dataclasses.replace(scenario, tp_blocks=blocks, tp_pairs=pairs, tp_layers=layers)
+        blocks, pairs, layers, shares = _plan_shape(model, preset, norm)
+        return dataclasses.replace(scenario, tp_blocks=blocks, tp_pairs=pairs, tp_layers=layers,
+                                   tp_split_share=shares)
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return sum(scenario.tp_layers)
@@ -127,8 +135,12 @@ class TensorParallelCost(CostModel):
     def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                gathered_bytes: int = FP32) -> dict[str, int]:
         local = self._local_parameters(blocks, scenario)
-        return by_kind(local, local, states * local,
-                       sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch)
+        # Every rank keeps the activations its plan leaves whole and its share of those the plan splits
+        # (measured on the small transformer: 50 MiB on 2 ranks, 38 on 4, where the whole batch's are 74).
+        shares = scenario.tp_split_share or (0.0,) * len(blocks)
+        kept = sum(b.saved_bytes_per_sample * (1 - share * (1 - 1 / scenario.devices))
+                   for b, share in zip(blocks, shares, strict=True))
+        return by_kind(local, local, states * local, kept * scenario.global_batch)
 
     @staticmethod
     def _local_parameters(blocks: Sequence[BlockCosts], scenario: Scenario) -> float:

@@ -90,3 +90,25 @@ def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Pat
     expected = _expected_tp_parameter_bytes("transformer")
     assert math.isclose(tp["parameters"], expected, rel_tol=0.10), (tp["parameters"], expected, whole)
     assert tp["parameters"] == tp["gradients"] == tp["optimizer_state"]
+    # The predicted activations: each rank keeps its share of what the plan splits (the heads, the MLP's
+    # hidden) and all of the rest. Taking none of them as split, as the model once did, misses by 40% here.
+    predicted, unsplit = _predicted_activations(configs[-1])
+    assert math.isclose(predicted, tp["activations"], rel_tol=0.15), (predicted, tp["activations"])
+    assert not math.isclose(unsplit, tp["activations"], rel_tol=0.15), (unsplit, tp["activations"])
+
+
+def _predicted_activations(config: RunConfig) -> tuple[float, float]:
+    """tp's predicted activations for ``config``, and what they would be with nothing split."""
+    import dataclasses
+
+    from bench.predict.calibration import BlockCost, Line
+    from bench.predict.costs import predict_memory
+    from bench.predict.scenario import scenario_for
+    from models.sizes import parameter_counts, saved_bytes_per_sample
+
+    spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
+    blocks = [BlockCost(Line(0, 0), Line(0, 0), n, 0.0, saved)
+              for n, saved in zip(parameter_counts(spec.blocks), saved_bytes_per_sample(spec), strict=True)]
+    scenario = scenario_for(config)
+    unsplit = dataclasses.replace(scenario, tp_split_share=())
+    return (predict_memory(blocks, scenario, 1)["activations"], predict_memory(blocks, unsplit, 1)["activations"])
