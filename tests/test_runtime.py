@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,23 @@ def test_reference_runs_avoid_the_global_batch_they_were_calibrated_for(tmp_path
     # calibration times the blocks at each reference run's per-process batches: ddp's share, pp's micro-batch
     # (4 of them), tp's whole batch
     assert reference_batches(4, 8) == [8, 32] and reference_batches(2) == [2, 4, 8]
+
+
+def test_an_in_process_reference_run_that_other_work_disturbed_is_run_again(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bench.harness import disturbance, runner
+    from bench.harness.disturbance import Verdict
+    from bench.predict.compute import Disturbed
+    from bench.predict.runtime import in_process_step_ms
+
+    medians = iter([500.0, 20.0, 21.0, 22.0, 23.0])  # the first run beside other work, then quiet ones
+    verdicts = iter([True, False, True, True, True])
+    monkeypatch.setattr(runner, "train", lambda config: types.SimpleNamespace(ranks=[]))
+    monkeypatch.setattr(runner, "step_times_ms", lambda ranks: [next(medians)])
+    monkeypatch.setattr(disturbance, "judge",
+                        lambda loads, cores: Verdict(d := next(verdicts), "other processes used 60%" if d else None, 0))
+    config = resolve(RunConfig.from_flags(strategy="mp", devices=2, microbatches=2, model="mlp", preset="tiny",
+                                          out=str(tmp_path / "r.jsonl"), accelerator="cpu"))
+    assert in_process_step_ms({"mp": config, "ddp": config}) == {"mp": 20.0}  # ddp runs on ranks, not here
+    with pytest.raises(Disturbed, match="mp's reference run was disturbed in 3 tries \\(other processes used 60%\\)"):
+        in_process_step_ms({"mp": config})
