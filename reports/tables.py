@@ -121,27 +121,32 @@ def _unranked(every: pd.DataFrame) -> str:
 
 
 def _ranked(ranked: pd.DataFrame) -> bool:
-    """Whether every configuration has the repeats an interval needs."""
-    return bool((ranked["repeats"] >= 2).all())
+    """Whether the fastest median has the repeats an interval needs (the others are held to it)."""
+    return bool(ranked.iloc[0]["repeats"] >= 2)
 
 
 def _winners(ranked: pd.DataFrame) -> tuple[str, ...]:
-    """The fastest and every configuration within noise of it (its interval reaching the fastest's); the
-    fastest median alone where there is nothing to rank or too few repeats to rank it."""
+    """The fastest and every configuration within noise of it (its interval, or its one run's figure, reaching
+    the fastest's interval); the fastest median alone where there is nothing to rank or too few repeats to rank it."""
     best, others = ranked.iloc[0], ranked.iloc[1:]
     if others.empty or not _ranked(ranked):
         return (str(best["variant"]),)
-    return (str(best["variant"]), *others[others["samples_per_s_high"] >= best["samples_per_s_low"]]["variant"])
+    reach = others["samples_per_s_high"].where(others["repeats"] >= 2, others["samples_per_s"])
+    return (str(best["variant"]), *others[reach >= best["samples_per_s_low"]]["variant"])
 
 
 def _verdict(ranked: pd.DataFrame) -> str:
-    """The winner where its interval clears the runner-up's; else the strategies within noise of it."""
+    """The winner where its interval clears the runner-up's; else the strategies within noise of it. A panel
+    is ranked once its fastest median has repeats: a configuration whose other runs were disturbed (one run
+    left) is held to it by that run, and the verdict says how many were."""
     best, winners = ranked.iloc[0], _winners(ranked)
     if len(ranked) == 1:
         return f"{best['variant']} (the only one measured)"
     if not _ranked(ranked):
         return f"not ranked: fewer than 2 repeats (fastest median: {best['variant']})"
-    return winners[0] if len(winners) == 1 else "tie (within noise): " + ", ".join(winners)
+    verdict = winners[0] if len(winners) == 1 else "tie (within noise): " + ", ".join(winners)
+    single = int((ranked["repeats"] < 2).sum())
+    return verdict + (f" ({single} of {len(ranked)} held to it by one run)" if single else "")
 
 
 def _baseline_column(table: pd.DataFrame) -> list[str]:

@@ -236,3 +236,15 @@ def test_a_hybrid_verdict_covers_its_mesh_only(tmp_path: Path) -> None:
     runs = with_verification(with_scaling(results.runs)[0], results.verify).set_index("variant")
     assert runs.loc["hybrid (gpipe, m=4)", "verified"] == "pass"
     assert runs.loc["hybrid (dp-shard=2, gpipe, m=4)", "verified"] == "not verified"
+
+
+def test_a_configuration_left_with_one_run_is_held_to_a_fastest_that_has_repeats(tmp_path: Path) -> None:
+    # The target sweep's panels went unranked whenever one configuration had a single quiet run left.
+    path = tmp_path / "mixed.jsonl"
+    runs = [*repeated("single", 1, 100.0), *repeated("ddp", 2, 180.0), record("mp", 2, 90.0),
+            record("fsdp", 2, 179.0)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    table = with_verification(with_scaling(load([path]).runs)[0], load([path]).verify)
+    (row,) = fastest(table[table["devices"] == 2]).to_dict("records")
+    assert row["winners"] == ("ddp", "fsdp (ZeRO-3)")  # its one run reaches ddp's interval; mp's does not
+    assert row["fastest"] == "tie (within noise): ddp, fsdp (ZeRO-3) (2 of 3 held to it by one run)"
