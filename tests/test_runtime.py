@@ -130,16 +130,17 @@ def test_reference_runs_avoid_the_global_batch_they_were_calibrated_for(tmp_path
 
 def test_an_in_process_reference_run_that_other_work_disturbed_is_run_again(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from bench.harness import disturbance, runner
     from bench.harness.disturbance import Verdict
+    from bench.predict import collectives
     from bench.predict.compute import Disturbed
     from bench.predict.runtime import in_process_step_ms
 
     medians = iter([500.0, 20.0, 21.0, 22.0, 23.0])  # the first run beside other work, then quiet ones
     verdicts = iter([True, False, True, True, True])
-    monkeypatch.setattr(runner, "train", lambda config: types.SimpleNamespace(ranks=[]))
-    monkeypatch.setattr(runner, "step_times_ms", lambda ranks: [next(medians)])
-    monkeypatch.setattr(disturbance, "judge",
+    monkeypatch.setattr(collectives, "train", lambda config: types.SimpleNamespace(
+        ranks=[types.SimpleNamespace(load=None, median=next(medians))]))
+    monkeypatch.setattr(collectives, "step_times_ms", lambda ranks: [r.median for r in ranks])
+    monkeypatch.setattr(collectives, "judge",
                         lambda loads, cores: Verdict(d := next(verdicts), "other processes used 60%" if d else None, 0))
     config = resolve(RunConfig.from_flags(strategy="mp", devices=2, microbatches=2, model="mlp", preset="tiny",
                                           out=str(tmp_path / "r.jsonl"), accelerator="cpu"))

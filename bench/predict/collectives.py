@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from bench.harness.config import RunConfig
-from bench.harness.disturbance import judge, machine_cores
+from bench.harness.disturbance import Verdict, judge, machine_cores
 from bench.harness.ranks import become_rank, start_ranks
 from bench.harness.runner import step_times_ms, train
 from bench.predict.calibration import Curve
@@ -105,7 +105,7 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
     steps: dict[str, float] = {}
     with process_group(topo, timeout_s):
         for name, config in references.items():  # the runtimes' reference runs (bench/predict/runtime.py)
-            steps[name] = _undisturbed_step_ms(config)
+            steps[name], _ = undisturbed_step_ms(config)  # kept even if disturbed: the median over groups rules
         for name in OPERATIONS:
             points = []
             for size in sizes:
@@ -132,18 +132,19 @@ REFERENCE_TRIES = 3
 """Runs of a reference run before its disturbed median is kept anyway (and the calibration says so)."""
 
 
-def _undisturbed_step_ms(config: RunConfig) -> float:
-    """A reference run's median step, run again while other work disturbed it, as a sweep reruns its disturbed
-    runs (every rank sees the same gathered verdict, so all run again together)."""
+def undisturbed_step_ms(config: RunConfig) -> tuple[float, Verdict]:
+    """A reference run's median step and the verdict on its last try, run again while other work disturbed
+    it, as a sweep reruns its disturbed runs (on ranks, every rank sees the same gathered verdict, so all run
+    again together). The caller decides what a run disturbed every time is worth."""
     for attempt in range(REFERENCE_TRIES):
         ranks = train(config).ranks
         verdict = judge([r.load for r in ranks if r.load is not None], machine_cores())
         if not verdict.disturbed:
             break
-        if dist.get_rank() == 0:
+        if not dist.is_initialized() or dist.get_rank() == 0:
             log.warning("reference run %s disturbed (try %d of %d): %s", config.strategy, attempt + 1,
                         REFERENCE_TRIES, verdict.reason)
-    return statistics.median(step_times_ms(ranks))
+    return statistics.median(step_times_ms(ranks)), verdict
 
 
 OVERLAP_BYTES = 16 * KIB * KIB

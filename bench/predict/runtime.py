@@ -21,7 +21,6 @@ zero1 and tp than predicted on the 2-core VM.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 import models
@@ -32,8 +31,6 @@ from bench.predict.scenario import scenario_for
 from strategies import REFERENCE, ConfigError, Launch, strategy_class
 from strategies.cost_model import RuntimeOverheads
 from strategies.mesh import DIMS
-
-log = logging.getLogger(__name__)
 
 MICROBATCHES = 4
 REFERENCE_STEPS = 16
@@ -133,31 +130,23 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
     return found
 
 
-def in_process_step_ms(configs: dict[str, RunConfig], tries: int = 3) -> dict[str, float]:
+def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
     """The median step of each reference run of one process (``in_process``), run here, with this process's
-    threads (as a sweep's one-process run has every core). Each is judged as runs are (other processes'
-    share of the cores over it) and run again where other work disturbed it: mp's residual on the small
-    cnn at 4 stages came out 133 ms a micro-batch from a reference run taken beside a test run, and every mp
-    prediction of that model followed it (+160% and +180%). ``Disturbed`` after ``tries`` disturbed runs."""
-    import statistics
-
-    from bench.harness.disturbance import RankLoad, Snapshot, judge, machine_cores
-    from bench.harness.runner import step_times_ms, train
+    threads (as a sweep's one-process run has every core), judged and run again as the ranks' reference runs
+    are (``collectives.undisturbed_step_ms``), but refused where every try was disturbed: there is no median
+    over groups to outvote it, and mp's residual on the small cnn at 4 stages came out 133 ms a micro-batch from
+    a reference run taken beside a test run, and every mp prediction of that model followed it (+160% and +180%)."""
+    from bench.harness.disturbance import open_window
+    from bench.predict.collectives import REFERENCE_TRIES, undisturbed_step_ms
     from bench.predict.compute import Disturbed
 
     step_ms = {}
     for name, config in configs.items():
         if not in_process(name):
             continue
-        for _ in range(tries):
-            before = Snapshot.now()
-            times = step_times_ms(train(config).ranks)
-            verdict = judge([RankLoad.between(before, Snapshot.now())], machine_cores())
-            if not verdict.disturbed:
-                step_ms[name] = statistics.median(times)
-                break
-            log.warning("%s's reference run was disturbed, running it again: %s", name, verdict.reason)
-        else:
-            raise Disturbed(f"{name}'s reference run was disturbed in {tries} tries ({verdict.reason}); "
+        open_window()  # this process's account so far holds the calibration's own processes: other work to it
+        step_ms[name], verdict = undisturbed_step_ms(config)
+        if verdict.disturbed:
+            raise Disturbed(f"{name}'s reference run was disturbed in {REFERENCE_TRIES} tries ({verdict.reason}); "
                             "calibrate on a quiet machine")
     return step_ms
