@@ -1,8 +1,9 @@
 """``pytest --benchmark`` (the benchmark matrix) and ``pytest -m quick`` (the inner loop).
 
 ``quick``: every test not marked ``distributed`` (several gloo processes), ``launches`` (a ``bench``
-or Python child) or ``gpu`` is marked ``quick`` at collection, and a quick test that starts a Python
-process fails with the reason, so that ``-m quick`` stays the few-seconds loop it claims to be.
+or Python child), ``alone`` (a launching test that times runs) or ``gpu`` is marked ``quick`` at
+collection, and a quick test that starts a Python process fails with the reason, so that ``-m quick``
+stays the few-seconds loop it claims to be.
 
 ``--benchmark``: the strategy x model x device-count matrix, timed by pytest-benchmark.
 
@@ -25,7 +26,7 @@ from tests.helpers.quick import no_python_processes
 
 pytest_plugins = ["tests.helpers.parallel"]  # quick tests over xdist's workers, launching ones alone
 
-LAUNCHING_MARKS = ("distributed", "launches", "gpu")
+LAUNCHING_MARKS = ("distributed", "launches", "alone", "gpu")
 """Tests carrying one of these start processes; every other test is ``quick``."""
 
 

@@ -21,6 +21,7 @@ def run_pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
                           capture_output=True, text=True, timeout=400, env={**own, **(env or {})})
 
 
+@pytest.mark.alone
 @pytest.mark.distributed
 def test_benchmark_flag_times_the_matrix_into_json_the_report_reads(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"

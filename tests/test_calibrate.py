@@ -71,6 +71,7 @@ def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.alone
 @pytest.mark.distributed
 def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_its_error(tmp_path: Path) -> None:
     calibration = tmp_path / "cal.json"

@@ -115,6 +115,7 @@ def test_the_launching_tree_is_this_processs_ancestors() -> None:
     assert disturbance.launching_tree(LAUNCHER) < tree
 
 
+@pytest.mark.alone
 @pytest.mark.launches
 def test_a_run_beside_a_cpu_hog_is_flagged(tmp_path: Path) -> None:
     hog = "import time\nend = time.time() + 60\nwhile time.time() < end: pass\n"

@@ -44,6 +44,7 @@ def test_running_out_of_host_memory_is_one_line_exit_3_and_an_oom_row(tmp_path: 
     assert row["status"] == "oom" and "can't allocate memory" in row["reason"]
 
 
+@pytest.mark.alone
 @pytest.mark.distributed
 def test_a_stalled_rank_ends_as_timeout_within_twice_the_timeout(tmp_path: Path, failing_sweep: BenchRun) -> None:
     out = tmp_path / "s.jsonl"
@@ -71,6 +72,7 @@ def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(failing_swee
     assert ok["status"] == "ok" and ok["processes"] == 2
 
 
+@pytest.mark.alone
 @pytest.mark.launches
 def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

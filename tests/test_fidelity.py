@@ -349,6 +349,7 @@ FIGURE_FIELDS = {
 }
 
 
+@pytest.mark.alone
 @pytest.mark.distributed
 def test_the_real_comparisons_run_once_on_a_tiny_model_and_fill_every_field(tmp_path: Path) -> None:
     # Nothing faked: the suite's strategies against the hand-written loops, 1 round, the tiny mlp.

@@ -56,6 +56,7 @@ def test_single_vs_plain_loop_meets_its_target_on_equal_work_only(
     assert comparison.ratio == pytest.approx(1 / work, rel=0.1)
 
 
+@pytest.mark.alone
 @pytest.mark.distributed
 @pytest.mark.parametrize("double", [False, True], ids=["same work", "double the work"])
 def test_ddp_vs_plain_ddp_meets_its_target_on_equal_work_only(

@@ -1,5 +1,6 @@
-"""tests/helpers/parallel.py's scheduler: quick tests over every worker, the launching ones on the last
-worker only once the others have finished (so that no run is timed beside another worker's tests)."""
+"""tests/helpers/parallel.py's scheduler: quick tests over every worker, then the launching ones a file at a
+time on every worker, then the ``alone`` ones on the last worker once the others have finished (so that no
+run is timed beside another worker's tests)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ pytest.importorskip("xdist")
 
 from xdist.scheduler import LoadScheduling  # noqa: E402
 
-from tests.helpers.parallel import LAUNCHING_LIST  # noqa: E402
+from tests.helpers.parallel import ALONE, LAST_WORKER, LAUNCHING_LIST  # noqa: E402
 from tests.helpers.quick_then_alone import QuickThenAlone  # noqa: E402
 
-COLLECTION = [f"t.py::quick{i}" for i in range(8)] + ["t.py::launch_a", "t.py::launch_b"]
+LAUNCHING = {"a.py::one": "a.py", "a.py::two": "a.py", "b.py::one": "b.py", "b.py::two": "b.py",
+             "c.py::reads_the_session_run": LAST_WORKER, "t.py::timed": ALONE, "t.py::timed_too": ALONE}
+COLLECTION = [f"t.py::quick{i}" for i in range(8)] + list(LAUNCHING)
+QUICK = range(8)
 
 
 class Worker:
@@ -43,7 +47,7 @@ def _run(scheduler_class: type, tmp_path: Path) -> tuple[Worker, Worker, list[tu
     """Runs every test as the workers would, each finishing what it was sent in order; returns the
     workers and the log of (worker, test index, tests still unfinished on the other worker)."""
     listing = tmp_path / "gw0.txt"
-    listing.write_text("t.py::launch_a\nt.py::launch_b")
+    listing.write_text("".join(f"{nodeid}\t{group}\n" for nodeid, group in LAUNCHING.items()))
     first, last = Worker("gw0", listing), Worker("gw1", listing)
     sched = scheduler_class(_config())
     for worker in (first, last):
@@ -72,16 +76,29 @@ def _run(scheduler_class: type, tmp_path: Path) -> tuple[Worker, Worker, list[tu
     return first, last, log
 
 
-def test_launching_tests_run_on_one_worker_after_every_other_has_finished(tmp_path: Path) -> None:
-    first, last, log = _run(QuickThenAlone, tmp_path)
-    ran = sorted(index for _, index, _ in log)
-    assert ran == list(range(len(COLLECTION)))  # every test once
-    launching = [(worker, others_left) for worker, index, others_left in log if index >= 8]
-    assert launching == [("gw1", 0), ("gw1", 0)]  # on the last worker, nothing left on the other
-    assert {worker for worker, index, _ in log if index < 8} == {"gw0", "gw1"}  # the quick ones shared
+def _on(log: list[tuple[str, int, int]], nodeid: str) -> tuple[str, int]:
+    """(worker, tests unfinished on the other worker) when ``nodeid`` ran."""
+    (ran,) = [(worker, others_left) for worker, index, others_left in log if COLLECTION[index] == nodeid]
+    return ran
+
+
+def test_alone_tests_run_on_one_worker_after_every_other_has_finished(tmp_path: Path) -> None:
+    _, _, log = _run(QuickThenAlone, tmp_path)
+    assert sorted(index for _, index, _ in log) == list(range(len(COLLECTION)))  # every test once
+    assert [_on(log, t) for t in ("t.py::timed", "t.py::timed_too")] == [("gw1", 0), ("gw1", 0)]
+    assert {worker for worker, index, _ in log if index in QUICK} == {"gw0", "gw1"}  # the quick ones shared
+
+
+def test_launching_tests_run_side_by_side_a_file_at_a_time_after_the_quick_ones(tmp_path: Path) -> None:
+    _, _, log = _run(QuickThenAlone, tmp_path)
+    workers = {nodeid: _on(log, nodeid)[0] for nodeid in LAUNCHING}
+    assert workers["a.py::one"] == workers["a.py::two"] and workers["b.py::one"] == workers["b.py::two"]
+    assert workers["a.py::one"] != workers["b.py::one"]  # two files, two workers
+    assert workers["c.py::reads_the_session_run"] == "gw1"  # where the alone tests will find the session's runs
+    first_launching = min(i for i, (_, index, _) in enumerate(log) if index not in QUICK)
+    assert all(index not in QUICK for _, index, _ in log[first_launching:])
 
 
 def test_xdists_own_load_scheduling_fails_it(tmp_path: Path) -> None:
     _, _, log = _run(LoadScheduling, tmp_path)
-    launching = [(worker, others_left) for worker, index, others_left in log if index >= 8]
-    assert launching != [("gw1", 0), ("gw1", 0)]
+    assert [_on(log, t) for t in ("t.py::timed", "t.py::timed_too")] != [("gw1", 0), ("gw1", 0)]

@@ -47,6 +47,7 @@ def test_a_failing_configuration_becomes_a_row_and_the_sweep_goes_on_then_resume
     assert out.read_text() == before
 
 
+@pytest.mark.alone
 @pytest.mark.launches
 def test_a_stalled_configuration_times_out_as_a_row(tmp_path: Path) -> None:
     out = tmp_path / "sweep.jsonl"

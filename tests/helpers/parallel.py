@@ -1,12 +1,16 @@
 """The whole suite on every core, its timings untouched: quick tests spread over pytest-xdist's workers,
-then the launching ones on one worker alone.
+then the launching ones a file at a time on every worker, then those that time the machine on one alone.
 
 A quick test computes on one core and starts no process, so two of them side by side on two cores take
-half the time (``-m quick``: 74 s -> 48 s here). A launching test times real runs and judges whether
-other work disturbed them (bench/harness/disturbance.py): beside a second worker its sweeps would be
-marked disturbed and re-run, its timing targets would flake. So ``QuickThenAlone`` hands out the quick
-tests as xdist's load scheduler does, and only once every other worker has finished gives the
-launching ones, in collection order, to the one left.
+half the time. Most launching tests check what a run computes or writes (a strategy trains like one
+device, a fault becomes a row): they spend their time starting interpreters that import torch, one core
+each, and two of them side by side lose nothing they assert. A test marked ``alone`` times a run or judges
+whether other work disturbed it (bench/harness/disturbance.py): beside a second worker its timing target
+would flake, its calibration would be refused as disturbed. So ``QuickThenAlone`` hands out the quick
+tests as xdist's load scheduler does; then each file's launching tests, whole, to the next free worker
+(tests that share a session fixture of tests/conftest.py to the last worker, where the ``alone`` ones
+that read them will run); and only once every other worker has finished gives the ``alone`` tests, in
+collection order, to the last.
 
 Without pytest-xdist installed nothing changes: the suite runs in one
 process. With it, ``python -m pytest`` over the whole suite (no file or test named, no ``-s``/``--pdb``,
@@ -17,6 +21,7 @@ does not pay for starting workers.
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -26,7 +31,12 @@ import pytest
 MAX_WORKERS = 4
 """Workers started when none are asked for: each imports torch (2 s of a core) before its first test."""
 LAUNCHING_LIST = "bench_launching_list"
-"""The workerinput key naming the file a worker lists its launching tests in, for the controller's scheduler."""
+"""The workerinput key naming the file a worker lists its launching tests in (node id, tab, group), for the
+controller's scheduler."""
+ALONE = "alone"
+"""The marker, and the group, of the tests that run with no other test beside them."""
+LAST_WORKER = "tests/conftest.py"
+"""The group of the launching tests that read a session fixture of tests/conftest.py (a run launched once)."""
 _ENABLED = pytest.StashKey[bool]()
 _LISTS = pytest.StashKey[tempfile.TemporaryDirectory]()
 _THREADS = pytest.StashKey[int]()
@@ -95,7 +105,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """On a worker: lists the launching tests' node ids where the controller's scheduler reads them."""
     path = getattr(config, "workerinput", {}).get(LAUNCHING_LIST)
     if path:
-        Path(path).write_text("\n".join(item.nodeid for item in items if not item.get_closest_marker("quick")))
+        Path(path).write_text("".join(f"{item.nodeid}\t{_group(item)}\n" for item in items
+                                      if not item.get_closest_marker("quick")))
+
+
+def _group(item: pytest.Item) -> str:
+    """Where a launching test runs: alone, on the last worker beside the session's shared runs, or with its file."""
+    if item.get_closest_marker(ALONE):
+        return ALONE
+    fixtures = getattr(item, "_fixtureinfo", None)
+    shared = Path(str(item.config.rootpath), LAST_WORKER)
+    for definitions in (fixtures.name2fixturedefs.values() if fixtures else ()):
+        definition = definitions[-1]
+        if definition.scope == "session" and Path(inspect.getfile(definition.func)) == shared:
+            return LAST_WORKER
+    return item.nodeid.split("::")[0]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
