@@ -261,13 +261,14 @@ def test_blocks_are_timed_only_at_batches_the_model_trains_on(caplog: pytest.Log
 
     import torch
 
-    from bench.predict.compute import compute_costs
+    from bench.predict.compute import compute_costs, timed_batches
 
     make = functools.partial(models.build_model, "cnn", "tiny", "batch")
     costs = compute_costs(make, [1, 2, 4], lambda params: torch.optim.SGD(params, lr=0.01), torch.device("cpu"), 1)
     assert "not timed at batch 1" in caplog.text
     # the lines run through batches 2 and 4 only (batch 1 is read off them)
     assert {tuple(n for n, _ in block.forward_ms.points) for block in costs.blocks} == {(2.0, 4.0)}
+    assert timed_batches(costs) == [2, 4]  # what calibrate asks of the next thread count: one warning, not one each
     with pytest.raises(ValueError, match="trains at none of the batches calibration times \\(1\\)"):
         compute_costs(make, [1], lambda params: torch.optim.SGD(params, lr=0.01), torch.device("cpu"), 1)
 

@@ -20,7 +20,7 @@ from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Communication
 from bench.predict.canary import DRIFT_LIMIT, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
-from bench.predict.compute import compute_costs, slowdown
+from bench.predict.compute import compute_costs, slowdown, timed_batches
 from bench.predict.runtime import (
     fitted_key,
     in_process,
@@ -74,6 +74,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     for t in threads:
         torch.set_num_threads(t)
         costs[t] = compute_costs(make_spec, batches, optimizer_choice(config).build, device, repeats)
+        batches = timed_batches(costs[t])  # a batch the model cannot train at is tried, and warned of, once
         steps.update()
     torch.set_num_threads(before)
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
