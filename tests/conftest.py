@@ -47,7 +47,7 @@ def failing_sweep(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
     """``bench sweep`` of ddp on 2 ranks over a model that raises in its forward, then the tiny mlp."""
     return _timed(tmp_path_factory.mktemp("failing-sweep") / "s.jsonl", "sweep", "--repeats", "1", "--calibration",
                   "none", "--preset", "tiny", "--steps", "2", "--warmup", "1", "--strategies", "ddp", "--devices", "2",
-                  "--models", "tests.faulty_models:raising,mlp")
+                  "--models", "tests.faulty_models:raising,mlp", "--no-rerun-disturbed")
 
 
 def _bench_run(out: Path, *args: str, **options: object) -> BenchRun:

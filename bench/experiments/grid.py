@@ -39,6 +39,8 @@ class SweepConfig:
     """Wall-clock limit of one configuration, start-up included."""
     repeats: int = 1
     """Runs of every configuration, each in a fresh process, interleaved round by round."""
+    rerun_disturbed: bool = True
+    """Whether a run that other work on the machine disturbed gets one more try once all rounds are done."""
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def execute(
         counts[_run_once(sweep, run, out, predictor)] += 1
     # A run the machine's other work disturbed is kept (marked) but left out of the comparisons;
     # once all rounds are done, each gets one more try on a quieter machine.
-    disturbed = _disturbed_keys(out)
+    disturbed = _disturbed_keys(out) if sweep.rerun_disturbed else set()
     again = [run for run in todo if run_key(run.config.as_dict()) in disturbed]
     for run in tqdm(again, desc="re-run disturbed", unit="run", file=sys.stderr, dynamic_ncols=True):
         log.warning("%s: disturbed by other work on the machine; running it once more", run.label)
@@ -144,6 +144,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--calibration", default="auto",
                         help="predict every run from this bench calibrate file; auto: calibrate each model first "
                              "(or reuse its file beside --out); none: predict nothing (default: auto)")
+    parser.add_argument("--rerun-disturbed", action=argparse.BooleanOptionalAction, default=True,
+                        help="run once more, after the rounds, each run that other work on the machine disturbed; "
+                             "--no-rerun-disturbed keeps them marked and runs nothing again, where the machine is "
+                             "known to be shared (default: true)")
     parser.add_argument("--force", action="store_true", help="redo configurations that already have a row")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the skip reasons, run nothing")
     # Fewer steps than a single run: a sweep's cost is mostly process start-up, and 6 timed steps
@@ -185,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
             base=base.with_flags(accelerator=resolved_base.run.accelerator),
             scaling=args.scaling, microbatches=args.microbatches, schedules=args.schedules,
             reshard_after_forward=args.reshard_after_forward,
-            run_timeout_s=args.run_timeout_s, repeats=args.repeats,
+            run_timeout_s=args.run_timeout_s, repeats=args.repeats, rerun_disturbed=args.rerun_disturbed,
         )
         for name in sweep.strategies:
             strategy_class(name)
