@@ -65,7 +65,9 @@ def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: 
     what = ["--strategy", "ddp"] if command == "run" else ["--strategies", "ddp", "--models", "mlp",
                                                            "--calibration", "none"]
     bench = _start(["-m", "bench", command, *what, "--devices", "2", "--model" if command == "run" else "--preset",
-                    "mlp" if command == "run" else "tiny", "--out", str(out)], env=STALL_FOREVER)
+                    "mlp" if command == "run" else "tiny", "--out", str(out)],
+                   # what a killed bench cannot remove (its failure notes' folder) stays in the test's own folder
+                   env={**STALL_FOREVER, "TMPDIR": str(tmp_path)})
     # bench run (torchrun's agent inside it) and its two workers; or the sweep, torchrun and two workers.
     processes = 3 if command == "run" else 4
     _wait_for(lambda: len(_alive(str(out))) >= processes, 120, "the workers started")
