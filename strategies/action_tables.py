@@ -132,9 +132,12 @@ def simulate(
     table: ActionTable,
     duration: Callable[[Action], float] = unit_durations,
     transfer: Callable[[Action], float] = lambda action: 0.0,
+    idle: Callable[[Action], float] = lambda action: 0.0,
 ) -> list[SimulatedSpan]:
     """Runs every rank's actions in its order, each as soon as its rank is free and its inputs have
     arrived (``transfer``: the time an action's input takes to cross from the neighbouring stage).
+    ``idle``: what holds the rank before each action outside its span (the schedule's own work between
+    actions, which a measured timeline, timing the stages' compute only, counts in its bubble).
 
     Raises ValueError when the table cannot finish (an action waits on one that never runs first)."""
     stage_rank = {a.stage: r for r, actions in table.items() for a in actions}
@@ -151,7 +154,7 @@ def simulate(
                 ready = _ready_time(action, done, last_stage, stage_rank, r, transfer)
                 if ready is None:
                     break
-                start = max(free[r], ready)
+                start = max(free[r], ready) + idle(action)
                 end = start + duration(action)
                 spans.append(SimulatedSpan(r, action, start, end))
                 done[(action.stage, action.kind, action.microbatch)] = end
@@ -180,7 +183,7 @@ def _ready_time(
 
 def simulated_bubble(spans: list[SimulatedSpan]) -> float:
     """Idle fraction of the simulated step, averaged over ranks (as the measured bubble is)."""
-    makespan = max(s.end for s in spans) - min(s.start for s in spans)
+    makespan = max(s.end for s in spans)  # from 0, where the step starts (a first span may start later)
     busy: dict[int, float] = {}
     for s in spans:
         busy[s.rank] = busy.get(s.rank, 0.0) + (s.end - s.start)

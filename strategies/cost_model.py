@@ -139,6 +139,9 @@ class CostModel:
     residual: str | None = None
     """The runtime term its calibration reference run fits (a ``RuntimeOverheads`` key, per ``runtime_units``);
     None: it has no reference run."""
+    idle_residual: str | None = None
+    """The part of ``residual`` the rank spends outside its timed spans (a pipeline's schedule between its
+    actions), fitted where the reference run measures its bubble; None: all of it counts as busy."""
 
     def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
         """``scenario`` with what this strategy's cost depends on beyond the common options (its mesh, the

@@ -98,6 +98,7 @@ class PipelineCost(CostModel):
     """pp: one pipeline over every device, its schedule replayed action by action."""
 
     residual = "pp_per_action"
+    idle_residual = "pp_idle_per_action"
 
     def replicas(self, scenario: Scenario) -> int:
         """Pipelines side by side (hybrid's dp degree)."""
@@ -159,7 +160,10 @@ class PipelineCost(CostModel):
         sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples,
                                        (r * ranks + s % ranks) * tp, (r * ranks + (s + 1) % ranks) * tp)
                      for r in range(replicas)) for s, part in enumerate(parts)]
-        per_action = costs.runtime_for(scenario.devices)[PipelineCost.residual]
+        runtime = costs.runtime_for(scenario.devices)
+        per_action = runtime[PipelineCost.residual]
+        # of which the rank spends this much between its actions, outside their spans (into the bubble)
+        between = min(per_action, runtime[PipelineCost.idle_residual])
         slows: dict[Action, float] = {}
 
         def duration(action: Action) -> float:
@@ -169,13 +173,17 @@ class PipelineCost(CostModel):
             # the stage's own collectives: the forward's before it, the backward's with its input gradient
             forward_comm, backward_comm = inside[action.stage]
             comm = {FORWARD: forward_comm, BACKWARD: backward_comm, BACKWARD_INPUT: backward_comm}
-            return share[action.kind] * slows.get(action, all_at_work) + comm.get(action.kind, 0.0) + per_action
+            return (share[action.kind] * slows.get(action, all_at_work) + comm.get(action.kind, 0.0)
+                    + per_action - between)
+
+        def before(action: Action) -> float:
+            return between
 
         def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
             return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
 
         table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
-        spans = simulate(table, duration, transfer)
+        spans = simulate(table, duration, transfer, before)
         # Each action computes at the slowdown of the ranks at work beside it (over every replica), found by
         # iterating from all of them at work (each round goes half way: a full step swings between fewer and
         # more actions side by side).
@@ -183,9 +191,9 @@ class PipelineCost(CostModel):
             beside = ranks_at_work(spans)
             slows = {s.action: (slows.get(s.action, all_at_work) + costs.slowdown_for(replicas * beside[s.action]))
                      / 2 for s in spans}
-            spans = simulate(table, duration, transfer)
+            spans = simulate(table, duration, transfer, before)
         makespan = max(s.end for s in spans)
-        busy = max(sum(s.end - s.start for s in spans if s.rank == r) for r in table)
+        busy = max(sum(s.end - s.start + between for s in spans if s.rank == r) for r in table)
         stage_parameters = max(self.local_parameters(blocks, [i for p in range(r, ranks * v, ranks) for i in parts[p]],
                                                      scenario) for r in range(ranks))
         update = costs.optimizer_ms(threads, stage_parameters) * all_at_work

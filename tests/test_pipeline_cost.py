@@ -154,3 +154,22 @@ def test_a_mesh_holds_its_stage_split_over_tp_and_sharded_over_dp_shard() -> Non
     assert replicated["parameters"] == 2 * 4000 and sharded["parameters"] == split["parameters"] == 4000
     assert sharded["optimizer_state"] == replicated["optimizer_state"] / 2
     assert sharded["gathered_parameters"] == 4000  # one whole block gathered at a time
+
+
+def test_the_residual_spent_between_actions_holds_the_rank_outside_their_spans() -> None:
+    # As a measured timeline has it: its spans time the stages' compute only.
+    from strategies.cost_model import RuntimeOverheads
+
+    p, m, between = 2, 4, 0.5
+    free = equal_blocks(p)
+    scenario = Scenario("pp", p, 8 * m, microbatches=m, schedule="gpipe")
+    inside = predict_step(free.with_runtime(2, RuntimeOverheads(pp_per_action=between)), scenario, 1)
+    step = predict_step(free.with_runtime(2, RuntimeOverheads(pp_per_action=between, pp_idle_per_action=between)),
+                        scenario, 1)
+    assert sorted({round(s.end - s.start, 9) for s in step.timeline}) == [1.0, 2.0]  # F and B, no more
+    assert sorted({round(s.end - s.start, 9) for s in inside.timeline}) == [1.5, 2.5]
+    # GPipe's 2 m actions on the critical path's ranks, each started `between` late: 2 m + 2 of them
+    assert step.step_ms == pytest.approx(inside.step_ms) == pytest.approx((m + p - 1) * 3.0 + (2 * m + 2) * between)
+    assert step.bubble == pytest.approx(1 - m * 3.0 / step.step_ms)  # every rank computes m x 3 ms
+    assert inside.bubble == pytest.approx(1 - m * 4.0 / step.step_ms)
+    assert step.compute_ms == pytest.approx(inside.compute_ms)  # the breakdown keeps the residual where it was

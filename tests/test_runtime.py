@@ -11,6 +11,7 @@ import pytest
 from bench.harness.config import RunConfig, resolve
 from bench.predict.calibration import Calibration, Curve
 from bench.predict.costs import predict_step
+from strategies.cost_model import RuntimeOverheads
 from tests.helpers.calibrations import FREE, equal_blocks
 
 
@@ -147,3 +148,33 @@ def test_an_in_process_reference_run_that_other_work_disturbed_is_run_again(
     assert in_process_step_ms({"mp": config, "ddp": config}) == {"mp": 20.0}  # ddp runs on ranks, not here
     with pytest.raises(Disturbed, match="mp's reference run was disturbed in 3 tries \\(other processes used 60%\\)"):
         in_process_step_ms({"mp": config})
+
+
+def test_the_pipelines_residual_is_split_where_its_reference_run_measured_its_bubble(tmp_path: Path) -> None:
+    # The measured timeline times the stages' compute only: the schedule's work between actions is in the
+    # measured bubble. The share of pp's residual spent there is fitted so that the reference run's
+    # predicted bubble is its measured one.
+    from bench.predict.collectives import bubble_key
+    from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
+    from bench.predict.scenario import scenario_for
+
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    pp = {"pp": reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)["pp"]}
+    calibration = equal_blocks(5)
+    scenario = scenario_for(pp["pp"])
+    plain = predict_step(calibration, scenario, 1)
+    slower = plain.step_ms + 0.5 * 2 * (MICROBATCHES + 1)  # 0.5 ms per action on the critical path
+    inside = residuals(calibration, 2, pp, {"pp": slower})
+    assert inside["pp_per_action"] == pytest.approx(0.5) and inside["pp_idle_per_action"] == 0.0
+    all_inside = predict_step(calibration.with_runtime(2, inside), scenario, 1).bubble
+    assert all_inside is not None and all_inside < (plain.bubble or 0.0)  # longer spans, the same idle time
+    all_between = predict_step(calibration.with_runtime(2, RuntimeOverheads(inside, pp_idle_per_action=0.5)),
+                               scenario, 1).bubble
+    assert all_between is not None and all_between > (plain.bubble or 0.0)
+    measured = (all_inside + all_between) / 2
+    found = residuals(calibration, 2, pp, {"pp": slower, bubble_key("pp"): measured})
+    assert 0.0 < found["pp_idle_per_action"] < found["pp_per_action"] == pytest.approx(0.5)
+    step = predict_step(calibration.with_runtime(2, found), scenario, 1)
+    assert step.bubble == pytest.approx(measured, abs=1e-6)
+    assert step.step_ms == pytest.approx(slower)  # where the residual falls moves no step

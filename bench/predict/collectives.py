@@ -28,7 +28,7 @@ import torch.distributed as dist
 from bench.harness.config import RunConfig
 from bench.harness.disturbance import Verdict, judge, machine_cores
 from bench.harness.ranks import become_rank, start_ranks
-from bench.harness.runner import step_times_ms, train
+from bench.harness.runner import RunResult, step_times_ms, train
 from bench.predict.calibration import Curve
 from bench.predict.compute import half_range
 from strategies.distributed import process_group, torchrun_topology
@@ -105,7 +105,10 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
     steps: dict[str, float] = {}
     with process_group(topo, timeout_s):
         for name, config in references.items():  # the runtimes' reference runs (bench/predict/runtime.py)
-            steps[name], _ = undisturbed_step_ms(config)  # kept even if disturbed: the median over groups rules
+            result, _ = undisturbed_run(config)  # kept even if disturbed: the median over groups rules
+            steps[name] = statistics.median(step_times_ms(result.ranks))
+            if (bubble := result.strategy_fields.get("measured_bubble_fraction")) is not None:
+                steps[bubble_key(name)] = bubble  # where the runtime's residual falls: in the spans or between
         for name in OPERATIONS:
             points = []
             for size in sizes:
@@ -132,19 +135,34 @@ REFERENCE_TRIES = 3
 """Runs of a reference run before its disturbed median is kept anyway (and the calibration says so)."""
 
 
-def undisturbed_step_ms(config: RunConfig) -> tuple[float, Verdict]:
-    """A reference run's median step and the verdict on its last try, run again while other work disturbed
-    it, as a sweep reruns its disturbed runs (on ranks, every rank sees the same gathered verdict, so all run
-    again together). The caller decides what a run disturbed every time is worth."""
+BUBBLE = ":bubble"
+"""Suffix of the key of a reference run's measured bubble among its group's figures."""
+
+
+def bubble_key(reference: str) -> str:
+    """The key of reference run ``reference``'s measured bubble fraction beside its median step."""
+    return reference + BUBBLE
+
+
+def undisturbed_run(config: RunConfig) -> tuple[RunResult, Verdict]:
+    """A reference run and the verdict on its last try, run again while other work disturbed it, as a sweep
+    reruns its disturbed runs (on ranks, every rank sees the same gathered verdict, so all run again
+    together). The caller decides what a run disturbed every time is worth."""
     for attempt in range(REFERENCE_TRIES):
-        ranks = train(config).ranks
-        verdict = judge([r.load for r in ranks if r.load is not None], machine_cores())
+        result = train(config)
+        verdict = judge([r.load for r in result.ranks if r.load is not None], machine_cores())
         if not verdict.disturbed:
             break
         if not dist.is_initialized() or dist.get_rank() == 0:
             log.warning("reference run %s disturbed (try %d of %d): %s", config.strategy, attempt + 1,
                         REFERENCE_TRIES, verdict.reason)
-    return statistics.median(step_times_ms(ranks)), verdict
+    return result, verdict
+
+
+def undisturbed_step_ms(config: RunConfig) -> tuple[float, Verdict]:
+    """``undisturbed_run``'s median step and verdict."""
+    result, verdict = undisturbed_run(config)
+    return statistics.median(step_times_ms(result.ranks)), verdict
 
 
 OVERLAP_BYTES = 16 * KIB * KIB
@@ -208,7 +226,7 @@ def _median_over_groups(groups: list[dict[str, float]]) -> dict[str, float]:
     """Each figure's median over what each group of processes measured for it, and ``spread``: the median over
     the reference runs of half their range over the groups, over their median (``half_range``)."""
     medians = {name: statistics.median(group[name] for group in groups) for name in groups[0]}
-    runs = [name for name in groups[0] if name != "overlap"]
+    runs = [name for name in groups[0] if name != "overlap" and not name.endswith(BUBBLE)]
     spread = statistics.median(half_range([g[name] for g in groups]) for name in runs) if runs else 0.0
     return {**medians, "spread": spread}
 
