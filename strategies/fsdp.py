@@ -115,7 +115,10 @@ class ShardedCost(CostModel):
             started = max(compute, comm)
             compute = started + forward[i]
         for i in reversed(range(len(blocks))):
-            if scenario.reshard_after_forward and i < len(blocks) - 1:  # the last block's stays gathered
+            # ZeRO-3 gathers every block again, the last one too: each is its own FSDP module, and FSDP2 keeps
+            # a module gathered from forward to backward only where it is the root (tests/test_comm.py counts
+            # 2 x the parameters' bytes on 2 ranks: the forward's and the backward's gathers, the scatter)
+            if scenario.reshard_after_forward:
                 comm = max(comm, started) + gather[i]
             started = max(compute, comm)
             compute = started + backward[i]
@@ -127,7 +130,7 @@ class ShardedCost(CostModel):
         gathered = 2 if scenario.reshard_after_forward else 1
         overhead += sum(costs.copy_ms(threads, 2 * FP32 * b.parameters) for b in blocks) * (gathered + 1) * slow
         busy = sum(forward) + sum(backward) + overhead
-        regathers = sum(gather[:-1]) if scenario.reshard_after_forward else 0.0
+        regathers = sum(gather) if scenario.reshard_after_forward else 0.0
         exposed = partly_hidden(max(comm, compute) - (busy - overhead), sum(gather) + regathers + sum(reduce),
                                 costs.overlap_for(n))
         end = busy + exposed

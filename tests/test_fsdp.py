@@ -46,3 +46,19 @@ def test_fsdp_in_bf16_trains_like_ddp_in_bf16(tmp_path: Path) -> None:
                                        msg=f"{model} {key}")
     assert runs[1][0].strategy_fields["mixed_precision"] == {"param_dtype": "float32", "reduce_dtype": "float32",
                                                              "autocast_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize(("reshard_after_forward", "gathers"), [(True, 2 * 4), (False, 4)])
+def test_zero3_gathers_every_block_again_for_its_backward_and_zero2_none(reshard_after_forward: bool,
+                                                                         gathers: int) -> None:
+    # What FSDP2 sends as the suite wraps it (each block its own module, none the root): tests/test_comm.py
+    # counts ZeRO-3's bytes on real ranks, the forward's gathers and as many again in the backward.
+    from bench.predict.calibration import Curve
+    from bench.predict.costs import predict_step
+    from bench.predict.scenario import Scenario
+    from tests.helpers.calibrations import FREE, equal_blocks
+
+    one_ms_gathers = {**FREE, "all_gather": Curve([(1, 1.0), (2**30, 1.0)])}
+    calibration = equal_blocks(4, forward=0.0, backward=0.0, curves=one_ms_gathers, overlap=0.0)
+    step = predict_step(calibration, Scenario("fsdp", 2, 8, reshard_after_forward=reshard_after_forward), 1)
+    assert step.exposed_comm_ms == pytest.approx(gathers * 1.0) == pytest.approx(step.step_ms)

@@ -1,18 +1,18 @@
 """What the distributed runtimes cost beyond compute and the bytes they move, measured on the model calibrated.
 
-Hooks, bucketing, DTensor dispatch, a pipeline schedule's bookkeeping per action: none of it is in a
-block's compute or a collective's curve, and on small models it is most of a step (a 2-rank pp step of
-the tiny mlp idles most of its time between actions). So calibration runs each strategy whose cost model
-names a ``residual`` (``ddp``, ``zero1``, ``fsdp``, ``tp``, ``pp``, on 4 ranks or more ``hybrid`` dp x pp)
-on the model being calibrated, at a small batch, on N processes, and keeps what each step took beyond
-what its cost model predicts for that very run with no runtime cost, in the unit it grows with: per
-step (ddp; zero1 beyond ddp), per block (fsdp), per parallelized layer (tp), per schedule action (pp),
-per step beyond pp's (hybrid); and, where the reference run measures its bubble (pp), the share of its
-residual spent between the actions rather than in them (``idle_share``). Each device count is measured on that many processes: on shared cores 4
-ranks wait for each other far longer than 2 do. ``mp`` runs in one process, so its reference run is
-timed in the calibrating process itself, per micro-batch, at each device count (its stages): a tiny
-model's micro-batch can spend as long handing over between stages and in the step's bookkeeping as in
-its blocks (on the 2-core VM: 0 at 2 stages, 0.2-0.4 ms at 4 for the tiny mlp and transformer).
+Hooks, bucketing, DTensor dispatch, a pipeline schedule's bookkeeping per action: none of it is in a block's
+compute or a collective's curve, and on small models it is most of a step (a 2-rank pp step of the tiny mlp
+idles most of its time between actions). So calibration runs each strategy whose cost model names a
+``residual`` (``ddp``, ``zero1``, ``fsdp``, ``tp``, ``pp``, on 4 ranks or more ``hybrid`` dp x pp) on the
+model being calibrated, at a small batch, on N processes, and keeps what each step took beyond what its cost
+model predicts for that very run with no runtime cost, in the unit it grows with: per step (ddp; zero1
+beyond ddp), per block (fsdp), per parallelized layer (tp), per schedule action (pp), per step beyond pp's
+(hybrid); and, where the reference run measures its bubble (pp), the share of its residual spent between the
+actions rather than in them (``idle_share``). Each device count is measured on that many processes: on
+shared cores 4 ranks wait for each other far longer than 2 do. ``mp`` runs in one process, so its reference
+run is timed in the calibrating process itself, per micro-batch, at each device count (its stages): a tiny
+model's micro-batch can spend as long handing over between stages and in the step's bookkeeping as in its
+blocks (on the 2-core VM: 0 at 2 stages, 0.2-0.4 ms at 4 for the tiny mlp and transformer).
 
 The runtimes' cost is the model's own: one reference model for all (the tiny mlp, 2 parameter tensors
 per block) left the transformer (16 per block, attention's DTensor views) 20-45% slower under ddp, fsdp,
