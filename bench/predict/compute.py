@@ -91,10 +91,10 @@ def optimizer_ms_per_parameter(spec: ModelSpec, build: Callable, device: torch.d
     return statistics.median(steps) / max(1, sum(p.numel() for p in params))
 
 
-
 def timed_batches(costs: ComputeCosts) -> list[int]:
     """The batches ``compute_costs`` timed the blocks at: those of the ones asked where the model trains."""
     return [int(n) for n, _ in costs.blocks[0].forward_ms.points]
+
 
 def compute_costs(
     make_spec: Callable[[], ModelSpec], batches: Sequence[int], build_optimizer: Callable, device: torch.device,
