@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import models
@@ -32,7 +31,7 @@ from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import Scenario, scenario_for
 from strategies import REFERENCE, ConfigError, Launch, strategy_class
-from strategies.cost_model import RuntimeOverheads
+from strategies.cost_model import CostModel, RuntimeOverheads
 from strategies.mesh import DIMS
 
 MICROBATCHES = 4
@@ -134,31 +133,21 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
         units = model.runtime_units(scenario, len(calibration.blocks(1)))
         found = RuntimeOverheads(found, **{model.residual: max(0.0, step_ms[name] - predicted) / max(1, units)})
         if model.idle_residual and bubble_key(name) in step_ms:
-            found = _with_idle_share(calibration, ranks, found, model.residual, model.idle_residual,
-                                     Reference(scenario, states, step_ms[bubble_key(name)]))
+            found = _with_idle_share(calibration, ranks, found, model, scenario, states, step_ms[bubble_key(name)])
     return found
 
 
-@dataclass(frozen=True)
-class Reference:
-    """A reference run as the idle share is fitted to it: its scenario, optimizer states and measured bubble."""
-
-    scenario: Scenario
-    states: int
-    bubble: float
-
-
-def _with_idle_share(calibration: Calibration, ranks: int, found: RuntimeOverheads, residual: str, idle: str,
-                     reference: Reference) -> RuntimeOverheads:
-    """``found`` with ``idle``: the part of ``residual`` at which the reference run's predicted bubble is its
-    measured one."""
+def _with_idle_share(calibration: Calibration, ranks: int, found: RuntimeOverheads, model: CostModel,
+                     scenario: Scenario, states: int, measured_bubble: float) -> RuntimeOverheads:
+    """``found`` with ``model``'s idle term: the part of its residual at which its reference run (``scenario``)
+    is predicted the bubble it measured."""
+    residual, idle = found[str(model.residual)], str(model.idle_residual)
 
     def bubble_at(share: float) -> float:
-        runtime = RuntimeOverheads(found, **{idle: share * found[residual]})
-        return predict_step(calibration.with_runtime(ranks, runtime), reference.scenario,
-                            reference.states).bubble or 0.0
+        runtime = RuntimeOverheads(found, **{idle: share * residual})
+        return predict_step(calibration.with_runtime(ranks, runtime), scenario, states).bubble or 0.0
 
-    return RuntimeOverheads(found, **{idle: idle_share(bubble_at, reference.bubble) * found[residual]})
+    return RuntimeOverheads(found, **{idle: idle_share(bubble_at, measured_bubble) * residual})
 
 
 def idle_share(bubble_at: Callable[[float], float], measured: float, steps: int = 30) -> float:
