@@ -89,3 +89,20 @@ def test_predict_for_hardware_writes_where_the_readme_reads_by_default(monkeypat
                  "--devices", "8"]) == 0
     assert (tmp_path / "results" / "what_if.jsonl").exists()
     assert not (tmp_path / "results" / "predictions.jsonl").exists()
+
+
+def test_predict_takes_hybrids_degrees_as_bench_run_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 28 item 2: the predictor covers every mesh the runner runs, from the same flags."""
+    monkeypatch.chdir(tmp_path)
+    common = ["predict", "--hardware", "h200", "--model", "mlp", "--preset", "tiny", "--strategies", "hybrid",
+              "--devices", "4"]
+    assert main([*common, "--dp-shard", "2", "--tp", "2", "--microbatches", "1"]) == 0
+    assert main(common) == 0  # the default mesh: dp x pp 2
+    records = [json.loads(line) for line in (tmp_path / "results" / "what_if.jsonl").read_text().splitlines()]
+    meshes = [tuple(r["config"][d] for d in ("dp", "dp_shard", "pp", "tp")) for r in records]
+    assert meshes == [(1, 2, 1, 2), (2, 1, 2, 1)]
+    sharded, pipelined = records
+    assert sharded["predicted_bubble"] == 0 < pipelined["predicted_bubble"]  # no pipeline, no bubble
+    # tp halves the split layers' parameters and dp_shard shards the rest: less per device than replicas
+    assert (sharded["predicted_memory_by_kind"]["parameters"]
+            < pipelined["predicted_memory_by_kind"]["parameters"])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 import models
-from bench.harness.cli_args import comma_list, fail
+from bench.harness.cli_args import DefaultsShown, add_config_arguments, comma_list, fail
 from bench.harness.config import RunConfig, resolve
 from bench.harness.environment import environment
 from bench.harness.paths import check_writable
@@ -23,7 +24,7 @@ from bench.predict.record import prediction_record
 from bench.predict.serves import nearest_count_notes
 from bench.predict.what_if import print_predictions, what_if_fields
 from strategies import ConfigError, strategy_class
-from strategies.options import SplitOptions
+from strategies.options import MeshOptions, SplitOptions
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ OUT = {"published": "results/published.jsonl", "hardware": "results/what_if.json
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
-    defaults = argparse.ArgumentDefaultsHelpFormatter
+    defaults = DefaultsShown
     calibrate = commands.add_parser("calibrate", help="measure this machine's compute and communication for predict",
                                     formatter_class=defaults)
     calibrate.add_argument("--model", default="mlp", help="model family or package.module:function")
@@ -59,6 +60,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--batch-size", type=int, default=None, help="global batch (None: the preset's)")
     predict.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches")
     predict.add_argument("--schedule", default="gpipe", help="pipeline schedule")
+    add_config_arguments(predict, MeshOptions)  # hybrid's degrees, as bench run takes them
     predict.add_argument("--hardware", default=None,
                          help=f"predict for a GPU profile instead of this machine: {', '.join(PROFILES)} (nodes of "
                               "8; h200-node is one node, no network)")
@@ -148,11 +150,13 @@ def _configs(args: argparse.Namespace, norm: str, scaling: str) -> list[RunConfi
             batch = args.batch_size
             if scaling == "weak":  # --batch-size (or the preset's) per device
                 batch = (batch or _default_batch(args.model, args.preset)) * devices
-            splits = SplitOptions in strategy_class(name).reads
+            reads = strategy_class(name).reads
+            degrees = {f.name: getattr(args, f.name) for f in dataclasses.fields(MeshOptions)}
             config = RunConfig.from_flags(strategy=name, model=args.model, preset=args.preset, devices=devices,
                                           batch_size=batch, norm=norm, out=args.out, accelerator="cpu",
                                           schedule=args.schedule,
-                                          microbatches=args.microbatches if splits else 1)
+                                          microbatches=args.microbatches if SplitOptions in reads else 1,
+                                          **(degrees if MeshOptions in reads else {}))
             try:
                 configs.append(resolve(config))
             except ConfigError as exc:

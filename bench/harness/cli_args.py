@@ -24,6 +24,13 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, except None: the help says what None stands for."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def section_class(f: dataclasses.Field) -> type | None:
     """The dataclass a field holds as a section of its config (a field made by such a class), else None."""
     factory = f.default_factory
