@@ -70,3 +70,13 @@ def test_one_sweep_runs_gpipe_1f1b_and_interleaved_1f1b_each_at_its_own_stages_p
     chosen = stages(stages_per_rank=2)
     assert chosen["interleaved-1f1b"] == (2, None)
     assert chosen["gpipe"][0] == 2 and "stage" in chosen["gpipe"][1]
+
+
+def test_hybrids_degrees_reach_hybrid_and_spare_single_and_its_baseline(tmp_path: Path) -> None:
+    """`bench sweep --strategies single,hybrid --dp-shard 2 --tp 2` refused the whole sweep ("--dp-shard 2 is
+    for hybrid, not single": the preset's batch was resolved under the flags as given)."""
+    base = RunConfig.from_flags(preset="tiny", out=str(tmp_path / "s.jsonl"), dp_shard=2, tp=2)
+    sweep = SweepConfig(strategies=("single", "hybrid"), models=("mlp",), devices=(4,), base=base, microbatches=(1,))
+    runs = [(r.config.strategy, r.config.run.devices, r.config.mesh.dp_shard, r.config.mesh.tp, r.skip_reason)
+            for r in plan(sweep)]
+    assert runs == [("hybrid", 4, 2, 2, None), ("single", 1, None, None, None)]

@@ -104,8 +104,9 @@ def _baselines(sweep: SweepConfig, grid: list[PlannedRun]) -> list[PlannedRun]:
     have = {(r.config.workload.model, r.config.run.batch_size) for r in grid
             if r.config.strategy == REFERENCE and r.skip_reason is None}
     wanted = sorted({(r.config.workload.model, r.config.run.batch_size) for r in grid if r.skip_reason is None} - have)
-    return [_checked(sweep.base.with_flags(strategy=REFERENCE, model=model, devices=1,
-                                           scaling=sweep.scaling, batch_size=batch), needs_gpus=False)
+    return [_checked(unread_groups_reset(sweep.base.with_flags(strategy=REFERENCE, model=model, devices=1,
+                                                               scaling=sweep.scaling, batch_size=batch)),
+                     needs_gpus=False)
             for model, batch in wanted]
 
 
@@ -133,7 +134,8 @@ def _schedule_point(sweep: SweepConfig, name: str) -> dict[str, object]:
 
 
 def _global_batch(sweep: SweepConfig, model: str, devices: int) -> int:
-    per_step = sweep.base.run.batch_size or resolve(sweep.base.with_flags(model=model)).run.global_batch
+    per_step = sweep.base.run.batch_size or resolve(unread_groups_reset(sweep.base.with_flags(model=model))
+                                                    ).run.global_batch
     return per_step * devices if sweep.scaling == "weak" else per_step
 
 
