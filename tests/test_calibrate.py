@@ -294,3 +294,16 @@ def test_a_failed_calibration_costs_its_model_s_predictions_not_the_sweep(
     predictor = for_sweep.sweep_predictor("auto", configs, (2,), (4,), tmp_path / "sweep.jsonl")
     assert predictor.calibrations == {}
     assert "cnn/tiny is not predicted: its calibration failed: ValueError: Expected more than 1" in caplog.text
+
+
+def test_a_sweeps_hybrid_mesh_calibrates_its_model_without_its_strategys_options() -> None:
+    """`bench sweep --strategies hybrid --dp-shard 2 --tp 2` calibrated the mlp for 107 s, then dropped the file
+    ("--dp-shard 2 is for hybrid, not single": single's plain steps were resolved with hybrid's degrees)."""
+    from bench.harness.config import RunConfig, resolve
+    from bench.predict.calibrate import calibrate
+
+    config = resolve(RunConfig.from_flags(strategy="hybrid", model="mlp", preset="tiny", devices=4, dp_shard=2, tp=2,
+                                          microbatches=1, batch_size=8))
+    calibration = calibrate(config, devices=(1,), microbatches=(1,), largest=1024, repeats=1)
+    assert (calibration.model, calibration.preset) == ("mlp", "tiny")
+    assert calibration.fitted_runs and all('"strategy": "single"' in key for key in calibration.fitted_runs)

@@ -13,7 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import models
-from bench.harness.config import RunConfig
+from bench.harness.config import RunConfig, unread_groups_reset
 from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
 from bench.harness.runner import optimizer_choice
@@ -31,6 +31,7 @@ from bench.predict.runtime import (
     reference_per_rank,
     residuals,
 )
+from strategies import REFERENCE
 
 MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
 """What a calibration must share with the machine it predicts for."""
@@ -52,9 +53,11 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
               repeats: int, groups: int = GROUPS) -> Calibration:
     """Measures compute at every thread count and batch the devices and micro-batches need, and at every
     device count beyond one the collectives, the runtimes' residuals and the slowdown of processes
-    computing together. ``config`` is resolved (its batch size filled in)."""
+    computing together. ``config`` is resolved (its batch size filled in); its strategy's options are not
+    read (a sweep hands in its model's first run, a hybrid mesh's perhaps)."""
     import torch
 
+    config = unread_groups_reset(config.with_flags(strategy=REFERENCE))
     assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
     make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
                                   config.workload.norm)

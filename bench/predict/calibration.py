@@ -46,8 +46,8 @@ class Line:
     @classmethod
     def fit(cls, points: list[tuple[float, float]]) -> Line:
         """Through the measured (samples, ms), the least-squares line kept beside them; flat through one point."""
-        if len(points) == 1:
-            return cls(0.0, points[0][1] / points[0][0])
+        if len(points) == 1:  # the point kept: it says which batch was timed (compute.timed_batches)
+            return cls(0.0, points[0][1] / points[0][0], (points[0],))
         n = len(points)
         mx = sum(x for x, _ in points) / n
         my = sum(y for _, y in points) / n
