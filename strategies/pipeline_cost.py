@@ -94,11 +94,14 @@ def ranks_at_work(spans: Sequence[SimulatedSpan]) -> dict[Action, float]:
             for s in spans}
 
 
+PP_IDLE = "pp_idle_per_action"
+"""The runtime term of the share of pp's per-action residual a rank spends between its actions."""
+
 class PipelineCost(CostModel):
     """pp: one pipeline over every device, its schedule replayed action by action."""
 
     residual = "pp_per_action"
-    idle_residual = "pp_idle_per_action"
+    idle_residual: str | None = PP_IDLE
 
     def replicas(self, scenario: Scenario) -> int:
         """Pipelines side by side (hybrid's dp degree)."""
@@ -163,7 +166,7 @@ class PipelineCost(CostModel):
         runtime = costs.runtime_for(scenario.devices)
         per_action = runtime[PipelineCost.residual]
         # of which the rank spends this much between its actions, outside their spans (into the bubble)
-        between = min(per_action, runtime[PipelineCost.idle_residual])
+        between = min(per_action, runtime[PP_IDLE])
         slows: dict[Action, float] = {}
 
         def duration(action: Action) -> float:
@@ -223,6 +226,9 @@ class HybridCost(PipelineCost):
     """Beyond pp's per action: the replicas' gradient averaging by hand (strategies/ddp.py's ReplicaAverager)
     and the two meshes' groups, per step (fitted on dp x pp; meshes with tp or FSDP take tp's per-layer
     and fsdp's per-block terms instead)."""
+    idle_residual = None
+    """Its residual is per step: pp's share of each action spent between the spans is pp's (fitted on pp's
+    reference run); hybrid's own reference bubble, fitted into it, overwrote pp's idle term."""
 
     def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
         mesh = options.group(MeshOptions)
@@ -234,6 +240,10 @@ class HybridCost(PipelineCost):
 
     def replicas(self, scenario: Scenario) -> int:
         return (scenario.dp or 1) * (scenario.dp_shard or 1)
+
+    def layout(self, scenario: Scenario) -> MeshLayout:
+        """The mesh the runner lays out for ``scenario`` (its degrees as ``specialise`` resolved them)."""
+        return MeshLayout.for_devices(scenario.devices, scenario.dp, scenario.pp, scenario.dp_shard, scenario.tp)
 
     def tensor_parallel(self, scenario: Scenario) -> int:
         return scenario.tp or 1
@@ -255,12 +265,17 @@ class HybridCost(PipelineCost):
         tensor = sum(pairs.get(i, 0) * costs.collective_ms("all_reduce", blocks[i].output_bytes_per_sample * samples,
                                                            tp) for i in ids) if tp > 1 else 0.0
         shard_stride = (scenario.pp or 1) * tp  # a dp_shard group's ranks are its pipeline's and tp's apart
-        tensor += costs.runtime_for(scenario.devices)[TensorParallelCost.residual] * sum(layers.get(i, 0) for i in ids)
         gather = sum(costs.collective_ms("all_gather", self.local_parameters(blocks, [i], scenario) * FP32, shard,
                                          shard_stride) for i in ids) if shard > 1 else 0.0
-        if shard > 1:  # fully_shard's hooks around each block, as fsdp's per-block term
-            gather += costs.runtime_for(scenario.devices)[ShardedCost.residual] * len(ids)
-        return tensor + gather, tensor + gather
+        # tp's per-layer and fsdp's per-block terms (DTensor dispatch, fully_shard's hooks) were fitted on steps
+        # of one forward and one backward: half of each in each pass. Counted whole in both, they put dp_shard 2
+        # x tp 2, dp_shard 2 x pp 2 and pp 2 x tp 2 of the small mlp on 4 ranks 63%, 118% and 146% above the
+        # measured step on the 2-core VM.
+        # fully_shard's hooks run wherever it wraps the blocks, replicas alone too (HSDP with one shard: dp x tp).
+        runtime = costs.runtime_for(scenario.devices)
+        per_pass = 0.5 * (runtime[TensorParallelCost.residual] * sum(layers.get(i, 0) for i in ids)
+                          + (runtime[ShardedCost.residual] * len(ids) if self.layout(scenario).fsdp_dims else 0.0))
+        return tensor + gather + per_pass, tensor + gather + per_pass
 
     def local_parameters(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario) -> float:
         tp, shard = self.tensor_parallel(scenario), scenario.dp_shard or 1

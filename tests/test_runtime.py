@@ -178,3 +178,24 @@ def test_the_pipelines_residual_is_split_where_its_reference_run_measured_its_bu
     step = predict_step(calibration.with_runtime(2, found), scenario, 1)
     assert step.bubble == pytest.approx(measured, abs=1e-6)
     assert step.step_ms == pytest.approx(slower)  # where the residual falls moves no step
+
+
+def test_hybrids_reference_run_leaves_the_pipelines_idle_share_alone(tmp_path: Path) -> None:
+    """hybrid's residual is per step, not per action: its reference run's bubble wrote hybrid_per_step's share
+    into pp's idle term (15.3 ms an action where pp's own residual was 1.2, small mlp on 4 ranks)."""
+    from bench.predict.collectives import bubble_key
+    from bench.predict.runtime import reference_configs, residuals
+    from bench.predict.scenario import scenario_for
+
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    references = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
+    configs = {name: references[name] for name in ("pp", "hybrid")}
+    blocks = equal_blocks(5)
+    calibration = dataclasses.replace(blocks, communication={4: blocks.communication[2]})
+    step_ms = {name: predict_step(calibration, scenario_for(config), 1).step_ms + 10.0
+               for name, config in configs.items()}
+    step_ms[bubble_key("hybrid")] = 0.9  # more bubble than any share of a residual gives
+    found = residuals(calibration, 4, configs, step_ms)
+    assert found["pp_per_action"] > 0 and found["hybrid_per_step"] > 0
+    assert found["pp_idle_per_action"] == 0.0  # pp's own reference measured no bubble: nothing of it is idle
