@@ -206,11 +206,17 @@ class PipelineCost(CostModel):
         split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
         notes = ["I and W are taken as half a backward each (not measured)"] if split and None in splits else []
         overhead = own_overhead(costs, threads, samples * m) * all_at_work  # the step's own, once per schedule
+        overhead += max(self.runtime_per_step_ms(costs, scenario, [i for p in range(r, ranks * v, ranks)
+                                                                    for i in parts[p]]) for r in range(ranks))
         return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                               simulated_bubble(spans), spans, notes)
 
     def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: float, replicas: int) -> float:
         """What the replicas' gradient averaging adds after the schedule (none for one pipeline)."""
+        return 0.0
+
+    def runtime_per_step_ms(self, costs: CostSource, scenario: Scenario, ids: Sequence[int]) -> float:
+        """The runtime terms a rank holding blocks ``ids`` pays once a step, beyond its actions' (none for pp)."""
         return 0.0
 
 
@@ -261,21 +267,24 @@ class HybridCost(PipelineCost):
                                 ids: Sequence[int], samples: float) -> tuple[float, float]:
         tp, shard = self.tensor_parallel(scenario), scenario.dp_shard or 1
         pairs = dict(zip(scenario.tp_blocks, scenario.tp_pairs, strict=True))
-        layers = dict(zip(scenario.tp_blocks, scenario.tp_layers, strict=True))
         tensor = sum(pairs.get(i, 0) * costs.collective_ms("all_reduce", blocks[i].output_bytes_per_sample * samples,
                                                            tp) for i in ids) if tp > 1 else 0.0
         shard_stride = (scenario.pp or 1) * tp  # a dp_shard group's ranks are its pipeline's and tp's apart
         gather = sum(costs.collective_ms("all_gather", self.local_parameters(blocks, [i], scenario) * FP32, shard,
                                          shard_stride) for i in ids) if shard > 1 else 0.0
-        # tp's per-layer and fsdp's per-block terms (DTensor dispatch, fully_shard's hooks) were fitted on steps
-        # of one forward and one backward: half of each in each pass. Counted whole in both, they put dp_shard 2
-        # x tp 2, dp_shard 2 x pp 2 and pp 2 x tp 2 of the small mlp on 4 ranks 63%, 118% and 146% above the
-        # measured step on the 2-core VM.
-        # fully_shard's hooks run wherever it wraps the blocks, replicas alone too (HSDP with one shard: dp x tp).
+        return tensor + gather, tensor + gather
+
+    def runtime_per_step_ms(self, costs: CostSource, scenario: Scenario, ids: Sequence[int]) -> float:
+        """tp's per-layer and fsdp's per-block terms for the rank's own layers and blocks, once a step, as tp's
+        and fsdp's own models pay them: fitted on steps of one forward and one backward, they do not repeat
+        per micro-batch. On the 2-core VM (small mlp, 4 ranks, 6 meshes re-predicted from one calibration)
+        paid in every forward and backward they put dp_shard 2 x tp 2 63% above the measured step, dp_shard 2
+        x pp 2 and pp 2 x tp 2 at 4 micro-batches 118% and 146%; paid half in each pass, 15%, 61% and 76%.
+        fully_shard's hooks run wherever it wraps the blocks, replicas alone too (HSDP with one shard)."""
         runtime = costs.runtime_for(scenario.devices)
-        per_pass = 0.5 * (runtime[TensorParallelCost.residual] * sum(layers.get(i, 0) for i in ids)
-                          + (runtime[ShardedCost.residual] * len(ids) if self.layout(scenario).fsdp_dims else 0.0))
-        return tensor + gather + per_pass, tensor + gather + per_pass
+        layers = dict(zip(scenario.tp_blocks, scenario.tp_layers, strict=True))
+        return (runtime[TensorParallelCost.residual] * sum(layers.get(i, 0) for i in ids)
+                + (runtime[ShardedCost.residual] * len(ids) if self.layout(scenario).fsdp_dims else 0.0))
 
     def local_parameters(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario) -> float:
         tp, shard = self.tensor_parallel(scenario), scenario.dp_shard or 1

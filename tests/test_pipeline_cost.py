@@ -175,10 +175,11 @@ def test_the_residual_spent_between_actions_holds_the_rank_outside_their_spans()
     assert step.compute_ms == pytest.approx(inside.compute_ms)  # the breakdown keeps the residual where it was
 
 
-def test_tps_and_fsdps_runtime_terms_are_paid_once_per_forward_and_backward_in_a_mesh() -> None:
-    """tp's per-layer and fsdp's per-block terms are fitted on steps of one forward and one backward: a mesh of
-    one micro-batch pays each once per step, half in each pass (they were paid whole in both: +63% on dp_shard 2
-    x tp 2), and a mesh of m micro-batches m times; fully_shard's hooks run on replicas alone too (HSDP)."""
+def test_tps_and_fsdps_runtime_terms_are_paid_once_a_step_on_each_ranks_own_layers_in_a_mesh() -> None:
+    """tp's per-layer and fsdp's per-block terms are fitted on steps of one forward and one backward, and a mesh
+    pays them as tp and fsdp do: once a step, each rank for its own layers and blocks, whatever the micro-batches
+    (paid in every forward and backward: +63% on dp_shard 2 x tp 2, +146% on pp 2 x tp 2 at 4 micro-batches);
+    fully_shard's hooks run on replicas alone too (HSDP over one shard)."""
     from strategies.cost_model import RuntimeOverheads
 
     free = dataclasses.replace(equal_blocks(4), slowdown={4: 1.0})
@@ -186,9 +187,7 @@ def test_tps_and_fsdps_runtime_terms_are_paid_once_per_forward_and_backward_in_a
     costly = dataclasses.replace(free, communication={4: free.communication[2]}).with_runtime(4, terms)
     for mesh, per_step in ((_mesh(4, m=1, dp_shard=2, tp=2), 0.25 * 8 + 0.5 * 4),  # 4 blocks of 2 tp layers
                            (_mesh(4, m=1, dp=2, tp=2), 0.25 * 8 + 0.5 * 4),  # HSDP over one shard
-                           (_mesh(4, m=1, tp=4), 0.25 * 8)):  # no data parallelism: no fully_shard
+                           (_mesh(4, m=1, tp=4), 0.25 * 8),  # no data parallelism: no fully_shard
+                           (_mesh(4, m=1, pp=2, tp=2), 0.25 * 4),  # each rank 2 blocks of the 4
+                           (_mesh(4, m=4, pp=2, tp=2), 0.25 * 4)):  # 4 micro-batches: the same, once
         assert predict_step(costly, mesh, 1).step_ms == pytest.approx(predict_step(free, mesh, 1).step_ms + per_step)
-    # a pipeline of 2 stages: each action's stage pays its own blocks' half; 1 micro-batch, so the path
-    # runs the 2 stages' forwards and backwards one after another
-    piped = _mesh(4, m=1, pp=2, tp=2)
-    assert predict_step(costly, piped, 1).step_ms == pytest.approx(predict_step(free, piped, 1).step_ms + 0.25 * 8)
