@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import BenchRun, run_bench
+from tests.helpers.records import FAILED, RECORDS, VERIFY
 
 TINY_MLP = ("--model", "mlp", "--preset", "tiny", "--devices", "2")
 
@@ -15,6 +17,16 @@ TINY_MLP = ("--model", "mlp", "--preset", "tiny", "--devices", "2")
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     return tmp_path / "results.jsonl"
+
+
+@pytest.fixture
+def results_file(tmp_path: Path) -> Path:
+    """The report's fixed sweep (tests/helpers/records.py) with a failed run, verify's rows and a torn line 4."""
+    path = tmp_path / "sweep.jsonl"
+    lines = [json.dumps(r) for r in [*RECORDS, FAILED, *VERIFY]]
+    lines.insert(3, '{"record_version": 1, "status": "ok", "strat')  # a torn line: line 4
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 # A torchrun launch costs 12-15 s on 2 cores; each of these is launched once for every test that reads it.

@@ -118,3 +118,33 @@ def test_the_checkpoint_snippet_loads_a_checkpoint(tmp_path: Path, monkeypatch: 
     loaded = model.state_dict()
     assert loaded.keys() == saved.keys()
     assert all(loaded[k].equal(saved[k]) for k in saved)
+
+
+def allowed_test_files(module: Path) -> set[str]:
+    """The test files docs/layout.md lets a module's tests live in: ``test_<module>.py``; for reports/ also
+    ``test_report_<module>.py``; for a command ``test_<command>_cli.py``; for a module of a package (models/,
+    bench/experiments/<package>/, reports/sections/) the package's file."""
+    stem, parent = module.stem, module.parent
+    names = {f"test_{stem}.py"}
+    if module.parts[0] == "reports":
+        names |= {f"test_report_{stem}.py", f"test_report_{parent.name}.py"}
+    if module.parts[:2] == ("bench", "commands"):
+        names.add(f"test_{stem}_cli.py")
+    if parent.name == "models" or parent.parent.name == "experiments":
+        names.add(f"test_{parent.name}.py")
+    return names
+
+
+def modules() -> list[Path]:
+    return [path.relative_to(ROOT) for top in ("bench", "strategies", "models", "reports")
+            for path in sorted((ROOT / top).rglob("*.py")) if path.name not in ("__init__.py", "__main__.py")]
+
+
+def test_every_module_has_a_test_file_named_for_it_as_the_layout_page_says() -> None:
+    have = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    assert [str(module) for module in modules() if not allowed_test_files(module) & have] == []
+
+
+def test_a_module_without_its_test_file_would_be_caught() -> None:
+    have = {path.name for path in (ROOT / "tests").glob("test_*.py")} - {"test_zero1.py"}
+    assert [str(module) for module in modules() if not allowed_test_files(module) & have] == ["strategies/zero1.py"]

@@ -64,20 +64,6 @@ def test_what_if_on_a_profile_labels_everything_predicted_and_says_what_it_rests
         assert f"best at {devices} devices (predicted): {best['strategy']}\n" in proc.stdout
 
 
-def test_the_best_named_is_the_fastest_that_fits_not_the_fastest(capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.predict.what_if import print_predictions
-
-    def record(strategy: str, devices: int, samples_per_s: float, fits: bool) -> dict:
-        return {"strategy": strategy, "device_count": devices, "predicted_step_time_ms": 1.0,
-                "predicted_samples_per_s": samples_per_s, "predicted_memory_by_kind": {"total": 0},
-                "predicted_scaling_efficiency": 1.0, "predicted_fits_memory": fits, "hardware": "h200"}
-
-    print_predictions([record("tp", 8, 900.0, False), record("fsdp", 8, 500.0, True), record("ddp", 8, 400.0, True),
-                       record("tp", 16, 900.0, False)])
-    out = capsys.readouterr().out
-    assert "best at 8 devices (predicted): fsdp\n" in out and "best at 16 devices (predicted): none fits\n" in out
-
-
 def test_collectives_across_nodes_cost_more_than_inside_one() -> None:
     source = RooflineSource(profile("h200", (64,)), "mlp", "tiny", "batch", "bf16")
     inside, across = (source.collective_ms("all_reduce", 64e6, n) for n in (8, 64))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -11,7 +10,8 @@ import pytest
 from bench.harness.records import RECORD_VERSION
 from reports.build import build_report
 from reports.load import load
-from tests.helpers.records import RECORDS, VERIFY, record, repeated
+from tests.helpers.records import RECORDS, VERIFY, record
+from tests.helpers.reports import results_jsonl
 
 FIDELITY = {
     "record_version": RECORD_VERSION, "kind": "fidelity", "status": "ok", "comparison": "single-vs-plain-loop",
@@ -38,15 +38,9 @@ MIXES = {
 }
 
 
-def _write(tmp_path: Path, records: list[dict]) -> Path:
-    path = tmp_path / "results.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_the_report_builds_from_any_mix_of_records(mix: str, tmp_path: Path) -> None:
-    written = build_report(load([_write(tmp_path, MIXES[mix])]), tmp_path / "report")
+    written = build_report(load([results_jsonl(tmp_path, MIXES[mix])]), tmp_path / "report")
     md = written[0].read_text()
     assert md.startswith("# ") and "## Environment\n" in md
     assert not re.search(r"^\|(\s*\|)+$", md, re.M)  # no row of empty cells (the old Environment of verify)
@@ -55,27 +49,14 @@ def test_the_report_builds_from_any_mix_of_records(mix: str, tmp_path: Path) -> 
 
 def test_when_every_run_was_disturbed_the_verdict_says_so_instead_of_crashing(tmp_path: Path) -> None:
     # Old code: KeyError "['winners'] not found in axis" (reports/build.py:57), the fastest table being empty.
-    md = build_report(load([_write(tmp_path, MIXES["all disturbed"])]), tmp_path / "r")[0].read_text()
+    md = build_report(load([results_jsonl(tmp_path, MIXES["all disturbed"])]), tmp_path / "r")[0].read_text()
     assert md.count("not ranked: every run was disturbed by other work on the machine") == 2  # 1 and 2 devices
-
-
-def test_a_panel_whose_runs_were_all_disturbed_is_not_ranked_beside_one_that_ranks(tmp_path: Path) -> None:
-    from reports.scaling import with_scaling
-    from reports.tables import fastest, with_verification
-
-    rows = [*repeated("single", 1, 100.0), *repeated("ddp", 2, 180.0),
-            *[record("ddp", 2, 90.0, model="cnn", repeat=r, disturbed=True) for r in range(2)]]
-    results = load([_write(tmp_path, rows)])
-    table = fastest(with_verification(with_scaling(results.runs)[0], results.verify)).set_index(["panel", "devices"])
-    assert table.loc[("cnn/small", 2), "fastest"].startswith("not ranked: every run was disturbed")
-    assert table.loc[("cnn/small", 2), "winners"] == ()
-    assert table.loc[("mlp/small", 2), "fastest"] == "ddp (the only one measured)"
 
 
 @pytest.mark.parametrize("mix", ["verify alone", "predictions alone"])
 def test_records_without_an_environment_add_no_empty_environment_row(mix: str, tmp_path: Path) -> None:
     # Old code: one row of empty cells per environment-less record kind ("|  |  |  |" under Environment).
-    md = build_report(load([_write(tmp_path, MIXES[mix])]), tmp_path / "r")[0].read_text()
+    md = build_report(load([results_jsonl(tmp_path, MIXES[mix])]), tmp_path / "r")[0].read_text()
     environment = md.split("## Environment\n", 1)[1]
     assert "|" not in environment and "No record carried its machine's environment" in environment
 
@@ -85,5 +66,5 @@ def test_integer_library_versions_print_as_they_were_recorded(tmp_path: Path) ->
     run, other = record("single", 1, 100.0), record("ddp", 2, 180.0)
     run["env"] = {**run["env"], "cudnn": 92400}
     other["env"] = {**other["env"], "hostname": "nocudnn", "cudnn": None}  # a NaN makes the column float
-    md = build_report(load([_write(tmp_path, [run, other])]), tmp_path / "r")[0].read_text()
+    md = build_report(load([results_jsonl(tmp_path, [run, other])]), tmp_path / "r")[0].read_text()
     assert "| 92400 |" in md and "92,400" not in md

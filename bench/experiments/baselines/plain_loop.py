@@ -5,7 +5,7 @@ python -m bench.experiments.baselines.plain_loop --model cnn --preset small --st
 It is written apart from the suite on purpose: its own optimizer (SGD, lr 0.01, momentum 0.9, the
 suite's defaults), its own batches (a DataLoader over the dataset, in order), its own step. So it is
 both the baseline of ``single``'s speed (bench/experiments/fidelity/loops.py) and an independent reference for
-``single``'s losses and parameters (tests/test_plain_loop.py).
+``single``'s losses and parameters (tests/test_baselines.py).
 """
 
 from __future__ import annotations

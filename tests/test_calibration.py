@@ -1,0 +1,70 @@
+"""bench/predict/calibration.py: a calibration's curves and lines, its file, and what it refuses to serve."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.predict.calibration import Calibration, Communication, Curve, Line
+from bench.predict.costs import predict_step
+from bench.predict.scenario import Scenario
+from strategies import ConfigError
+from strategies.cost_model import RuntimeOverheads
+from tests.helpers.calibrations import FREE, MACHINE, equal_blocks
+from tests.helpers.cli import run_in_process
+
+
+def test_a_curve_is_linear_between_its_points_and_never_negative() -> None:
+    curve = Curve([(1024, 1.0), (4096, 4.0)])
+    assert curve.at(2048) == pytest.approx(2.0) and curve.at(8192) == pytest.approx(8.0)
+    assert curve.at(0) == 0.0 and curve.at(10) >= 0.0
+    fitted = Line.fit([(1, 3.0), (3, 7.0), (4, 7.5)])
+    assert fitted.at(3) == pytest.approx(7.0) and fitted.at(2) == pytest.approx(5.0)  # through every point
+    assert fitted.at(8) == pytest.approx(9.5)  # beyond: the last segment's slope
+    assert Line(1.0, 2.0).at(3) == 7.0  # no points: the straight line
+    assert Line.fit([(1, -2.0), (4, -8.0)]).signed_at(2) == pytest.approx(-4.0)  # a difference may go below zero
+
+
+def test_a_calibration_of_another_machine_model_or_torch_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    calibration = equal_blocks(2)
+    with pytest.raises(ConfigError, match="calibration is of mlp/tiny, not cnn/tiny"):
+        calibration.check_matches(MACHINE, "cnn", "tiny")
+    with pytest.raises(ConfigError, match="taken with torch '2.x', this machine has '2.y'"):
+        calibration.check_matches({**MACHINE, "torch": "2.y"}, "mlp", "tiny")
+    path = tmp_path / "cal.json"
+    calibration.save(path)
+    assert Calibration.load(path) == calibration
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"kind": "run"}))
+    with pytest.raises(ConfigError, match="not a calibration"):
+        Calibration.load(foreign)
+    code, err = run_in_process(capsys, "predict", "--calibration", str(path), "--model", "mlp", "--preset", "tiny",
+                               "--out", str(tmp_path / "p.jsonl"))
+    assert code == 2 and "calibration was taken with hostname 'here'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_run_has() -> None:
+    two = {**FREE, "all_reduce": Curve([(1, 1.0), (2**30, 1.0)])}
+    four = {**FREE, "all_reduce": Curve([(1, 5.0), (2**30, 5.0)])}
+    calibration = dataclasses.replace(equal_blocks(2), communication={
+        2: Communication(two, RuntimeOverheads(ddp_per_step=1.0), 0.5),
+        4: Communication(four, RuntimeOverheads(ddp_per_step=7.0), 0.0)})
+    assert calibration.collective_ms("all_reduce", 1e6, 2) == 1.0
+    assert calibration.collective_ms("all_reduce", 1e6, 4) == 5.0
+    assert calibration.collective_ms("all_reduce", 1e6, 8) == 5.0  # the nearest count measured
+    assert calibration.runtime_for(4)["ddp_per_step"] == 7.0 and calibration.overlap_for(4) == 0.0
+    assert calibration.runtime_for(3)["ddp_per_step"] == 7.0  # between two counts, the larger
+    # 4 processes on 2 cores: a ddp step waits for the 4-process all-reduce and runtime, not the 2-process ones.
+    step = predict_step(calibration, Scenario("ddp", 4, 64), 1)
+    assert step.exposed_comm_ms == pytest.approx(5.0 + 7.0)
+
+
+def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None:
+    calibration = dataclasses.replace(equal_blocks(2), canary_ms=3.5)
+    calibration.save(tmp_path / "c.json")
+    assert Calibration.load(tmp_path / "c.json").canary_ms == 3.5

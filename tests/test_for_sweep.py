@@ -1,0 +1,44 @@
+"""bench/predict/for_sweep.py: the calibrations a sweep takes or reuses, and the prediction it hands each run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.harness.attach import PREDICTION_VARIABLE
+from bench.harness.config import RunConfig, resolve
+from bench.predict import for_sweep
+from tests.helpers.calibrations import equal_blocks
+
+
+def test_a_failed_calibration_costs_its_model_s_predictions_not_the_sweep(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from bench.harness.config import RunConfig, resolve
+    from bench.predict import for_sweep
+
+    def failing(config: object, *args: object, **kwargs: object) -> None:
+        raise ValueError("Expected more than 1 value per channel when training")
+
+    monkeypatch.setattr(for_sweep, "calibrate", failing)
+    configs = [resolve(RunConfig.from_flags(model=model, preset="tiny", out=str(tmp_path / "sweep.jsonl")))
+               for model in ("mlp", "cnn")]
+    predictor = for_sweep.sweep_predictor("auto", configs, (2,), (4,), tmp_path / "sweep.jsonl")
+    assert predictor.calibrations == {}
+    assert "cnn/tiny is not predicted: its calibration failed: ValueError: Expected more than 1" in caplog.text
+
+
+def test_the_sweep_hands_each_run_the_drift_timed_just_before_it(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    predictor = for_sweep.SweepPredictor()
+    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(equal_blocks(4), canary_ms=4.0)
+    predictor.sources[("mlp", "tiny")] = "calibration c.json"
+    config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
+                                          out=str(tmp_path / "r.jsonl")))
+    for now, noted in ((4.2, False), (6.0, True)):
+        monkeypatch.setattr(for_sweep, "canary_ms", lambda now=now: now)
+        handed = json.loads(predictor.env_for(config)[PREDICTION_VARIABLE])
+        assert handed["canary_ms"] == now and handed["canary_drift"] == pytest.approx(now / 4.0)
+        assert any("as long as at calibration" in note for note in handed["notes"]) is noted

@@ -1,0 +1,41 @@
+"""bench/harness/ranks.py: a spawned process made torchrun's rank, and the context ranks are forked from."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.harness import ranks
+from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", RENDEZVOUS_FILE_VARIABLE)
+
+
+def test_becoming_a_rank_sets_torchruns_variables_and_ties_the_process_to_its_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    # This process is the test run's own: what ties a rank to its parent is recorded, not done.
+    monkeypatch.setattr(ranks, "die_with_parent", lambda: calls.append("die_with_parent"))
+    monkeypatch.setattr(ranks, "open_window", lambda: calls.append("open_window"))
+    for name in TORCHRUN_VARIABLES:  # set first, so that monkeypatch removes them again after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    ranks.become_rank(1, 4, str(tmp_path))
+    assert calls == ["die_with_parent", "open_window"]
+    assert {name: os.environ[name] for name in TORCHRUN_VARIABLES} == {
+        "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+        RENDEZVOUS_FILE_VARIABLE: str(tmp_path / "rendezvous"),
+    }
+
+
+def test_ranks_fork_from_a_server_that_preloads_torch_and_the_suite() -> None:
+    from multiprocessing import forkserver
+
+    context = ranks.rank_context()
+    assert context.get_start_method() == "forkserver"
+    assert forkserver._forkserver._preload_modules == ranks.PRELOADED  # what the server imports once, then forks
+    assert {"torch", "bench.harness.runner"} <= set(ranks.PRELOADED)
+    assert ranks.rank_context() is context  # one server, shared by every group this process starts

@@ -1,0 +1,41 @@
+"""Pipelines: the bubble table and one step's timeline (reports/sections/pipelines.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reports.load import load
+from reports.sections.pipelines import bubble_table
+from tests.helpers.records import TIMELINE, record, repeated
+from tests.helpers.reports import built_report
+
+
+def test_measured_and_predicted_timelines_share_one_figure_and_time_axis(tmp_path: Path) -> None:
+    # Old: two PNGs (pipeline_timeline and pipeline_timeline_predicted), each on its own time range.
+    predicted = [{**span, "start_ms": span["start_ms"] * 2, "end_ms": span["end_ms"] * 2} for span in TIMELINE]
+    runs = [{**r, "prediction": {"predicted_step_time_ms": 30.0, "predicted_timeline": predicted}}
+            for r in repeated("pp", 2, 250.0, microbatches=4, measured_bubble_fraction=0.3,
+                              theoretical_bubble_fraction=0.2, timeline=TIMELINE)]
+    _, out = built_report(tmp_path, runs)
+    assert not (out / "pipeline_timeline_predicted.png").exists()
+    data = pd.read_csv(out / "pipeline_timeline.csv")
+    assert data.groupby("source")["end_ms"].max().to_dict() == pytest.approx({"measured": 11.0, "PREDICTED": 22.0})
+
+
+def test_the_bubble_table_takes_the_median_over_the_undisturbed_repeats(tmp_path: Path) -> None:
+    bubbles = (0.2, 0.4, 0.3)
+    runs = [record("pp", 2, 250.0, repeat=r, microbatches=4, measured_bubble_fraction=b,
+                   theoretical_bubble_fraction=0.2, update_fraction=0.1) for r, b in enumerate(bubbles)]
+    runs.append(record("pp", 2, 250.0, repeat=3, disturbed=True, microbatches=4, measured_bubble_fraction=0.9,
+                       theoretical_bubble_fraction=0.2, update_fraction=0.1))
+    runs += repeated("ddp", 2, 180.0)  # no bubble: not a pipeline
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    (row,) = bubble_table(load([path]).runs).to_dict("records")
+    assert row == {"panel": "mlp/small", "strategy": "pp", "schedule": "gpipe", "devices": 2, "v": 1, "m": 4,
+                   "bubble_theoretical": 0.2, "bubble_measured": 0.3, "update_fraction": 0.1}
+    assert bubble_table(pd.DataFrame({"bubble_measured": [None]})).empty

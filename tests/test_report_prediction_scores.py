@@ -1,0 +1,25 @@
+"""Predicted memory and bubbles scored against what the runs measured (reports/sections/prediction_scores.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers.records import repeated
+from tests.helpers.reports import built_report
+
+
+def test_predicted_memory_and_bubbles_are_scored_against_what_the_runs_measured(tmp_path: Path) -> None:
+    from tests.helpers.records import tracked
+
+    measured = tracked(parameters=32, gradients=32, optimizer_state=32, total=128)
+    predicted = {"parameters": 32 * 2**20, "gradients": 32 * 2**20, "optimizer_state": 32 * 2**20,
+                 "activations": 16 * 2**20, "total": 112 * 2**20}  # 12.5% under the tracker's total
+    ddp = [dict(r, prediction={"predicted_step_time_ms": 700.0, "predicted_memory_by_kind": predicted})
+           for r in repeated("ddp", 2, 90.0, memory_by_kind=measured)]
+    pp = [dict(r, prediction={"predicted_step_time_ms": 700.0, "predicted_bubble": 0.30})
+          for r in repeated("pp", 2, 90.0, microbatches=4, measured_bubble_fraction=0.20)]
+    md, _ = built_report(tmp_path, repeated("single", 1, 100.0) + ddp + pp)
+    scores = md.split("## Predicted memory and bubbles against measured", 1)[1]
+    assert "total |error| median 12.5%" in scores
+    assert "0 of 1 within 0.05" in scores  # 0.30 predicted against 0.20 measured
+    assert md.index("## Appendix") < md.index("## Predicted memory and bubbles")
