@@ -50,6 +50,10 @@ def left_out(runs: pd.DataFrame) -> pd.Series:
     return runs["disturbed"] | runs["profiled"]
 
 
+PER_RUN_MEDIANS = ("bubble_measured", "update_fraction")
+"""Figures each run measures that a configuration's row shows as the median over its repeats, as its step time."""
+
+
 def combine(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration from its repeats: the median over the undisturbed ones (over all of them,
     marked, when every repeat was disturbed), and the bootstrap interval of that median."""
@@ -72,6 +76,10 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
             all_disturbed=quiet.empty,
             peak_mem_mib_per_device=used["peak_mem_mib_per_device"].max(),
         )
+        for name in PER_RUN_MEDIANS:  # not the first repeat's own
+            values = used[name].dropna() if name in used else ()
+            if len(values):
+                row[name] = statistics.median(values)
         # One run has no interval: the unit of repetition is the run, and its own steps' spread is not one.
         row["samples_per_s_low"], row["samples_per_s_high"] = interval or (float("nan"), float("nan"))
         predicted = row.get("predicted_step_time_ms")

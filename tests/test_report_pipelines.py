@@ -39,3 +39,13 @@ def test_the_bubble_table_takes_the_median_over_the_undisturbed_repeats(tmp_path
     assert row == {"panel": "mlp/small", "strategy": "pp", "schedule": "gpipe", "devices": 2, "v": 1, "m": 4,
                    "bubble_theoretical": 0.2, "bubble_measured": 0.3, "update_fraction": 0.1}
     assert bubble_table(pd.DataFrame({"bubble_measured": [None]})).empty
+
+
+def test_the_report_shows_the_median_bubble_of_the_repeats_not_the_first_ones(tmp_path: Path) -> None:
+    # Old: the section read the configurations' rows, each the first quiet repeat's fields: 0.2 shown.
+    runs = [record("pp", 2, 250.0, repeat=r, microbatches=4, measured_bubble_fraction=b,
+                   theoretical_bubble_fraction=0.2, update_fraction=u)
+            for r, (b, u) in enumerate(((0.2, 0.05), (0.4, 0.15), (0.3, 0.1)))]
+    _, out = built_report(tmp_path, runs)
+    shown = pd.read_csv(out / "bubbles.csv")
+    assert shown["bubble_measured"].tolist() == [0.3] and shown["update_fraction"].tolist() == [0.1]
