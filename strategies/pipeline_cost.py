@@ -97,6 +97,7 @@ def ranks_at_work(spans: Sequence[SimulatedSpan]) -> dict[Action, float]:
 PP_IDLE = "pp_idle_per_action"
 """The runtime term of the share of pp's per-action residual a rank spends between its actions."""
 
+
 class PipelineCost(CostModel):
     """pp: one pipeline over every device, its schedule replayed action by action."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import pytest
 
+from bench.predict.calibration import BlockCost, Line
 from strategies.cost_model import (
     CostModel,
     RuntimeOverheads,
@@ -19,29 +19,14 @@ from strategies.cost_model import (
 )
 
 
-@dataclass(frozen=True)
-class PerSample:
-    """Milliseconds proportional to the samples."""
-
-    ms: float
-
-    def at(self, samples: float) -> float:
-        return self.ms * samples
+def _block(forward: float, backward: float, split: tuple[float, float] | None = None) -> BlockCost:
+    """A block whose passes take these ms per sample (its I and W too, where ``split`` gives them)."""
+    input_grad, weight_grad = (Line(0.0, split[0]), Line(0.0, split[1])) if split else (None, None)
+    return BlockCost(Line(0.0, forward), Line(0.0, backward), 0, 0.0, 0.0, backward_input_ms=input_grad,
+                     backward_weight_ms=weight_grad)
 
 
-@dataclass(frozen=True)
-class Block:
-    forward_ms: PerSample
-    backward_ms: PerSample
-    split: tuple[PerSample, PerSample] | None = None
-
-    def backward_split(self) -> tuple[PerSample, PerSample] | None:
-        return self.split
-
-
-BLOCKS = [Block(PerSample(1.0), PerSample(2.0), (PerSample(0.5), PerSample(1.5))),
-          Block(PerSample(10.0), PerSample(20.0), (PerSample(5.0), PerSample(15.0))),
-          Block(PerSample(100.0), PerSample(200.0))]
+BLOCKS = [_block(1.0, 2.0, (0.5, 1.5)), _block(10.0, 20.0, (5.0, 15.0)), _block(100.0, 200.0)]
 
 
 def test_a_pass_sums_the_blocks_it_names_and_a_split_needs_every_block_measured() -> None:

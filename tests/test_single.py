@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 import models
+from bench.predict.calibration import BlockCost, Line
 from strategies import build_strategy
 from strategies.cost_model import RuntimeOverheads, Scenario, StepPrediction
 from strategies.errors import ConfigError
@@ -34,31 +33,16 @@ def test_single_trains_the_models_own_blocks_on_one_device_and_refuses_more() ->
         SingleDevice(RunOptions(devices=2, batch_size=8, accelerator="cpu")).validate(ModelFacts(blocks=5, gpus=0))
 
 
-@dataclass(frozen=True)
-class PerSample:
-    ms: float
-
-    def at(self, samples: float) -> float:
-        return self.ms * samples
-
-
-@dataclass(frozen=True)
-class Block:
-    forward_ms: PerSample
-    backward_ms: PerSample
-    parameters: int
-    saved_bytes_per_sample: float
-
-
 class Costs:
     """A cost source with round numbers: 0.5 ms of overhead a pass, an update of 0.1 ms per parameter."""
 
     def __init__(self) -> None:
         self.asked: list[int] = []
 
-    def blocks(self, threads: int) -> list[Block]:
+    def blocks(self, threads: int) -> list[BlockCost]:
         self.asked.append(threads)
-        return [Block(PerSample(1.0), PerSample(2.0), 10, 3.0), Block(PerSample(2.0), PerSample(4.0), 20, 5.0)]
+        return [BlockCost(Line(0.0, 1.0), Line(0.0, 2.0), 10, 0.0, 3.0),
+                BlockCost(Line(0.0, 2.0), Line(0.0, 4.0), 20, 0.0, 5.0)]
 
     def overhead_ms(self, threads: int, samples: float) -> float:
         return 0.5

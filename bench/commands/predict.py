@@ -145,13 +145,13 @@ def _configs(args: argparse.Namespace, norm: str, scaling: str) -> list[RunConfi
         strategy_class(name)
         if name not in predicted_strategies():
             raise ConfigError(f"no cost model for {name}; predicted: {', '.join(predicted_strategies())}")
+    degrees = {f.name: getattr(args, f.name) for f in dataclasses.fields(MeshOptions)}  # hybrid's mesh
     for name in args.strategies:
         for devices in args.devices:
             batch = args.batch_size
             if scaling == "weak":  # --batch-size (or the preset's) per device
                 batch = (batch or _default_batch(args.model, args.preset)) * devices
             reads = strategy_class(name).reads
-            degrees = {f.name: getattr(args, f.name) for f in dataclasses.fields(MeshOptions)}
             config = RunConfig.from_flags(strategy=name, model=args.model, preset=args.preset, devices=devices,
                                           batch_size=batch, norm=norm, out=args.out, accelerator="cpu",
                                           schedule=args.schedule,
