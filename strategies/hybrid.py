@@ -44,6 +44,7 @@ from strategies.composition import check_fsdp_schedule, check_mesh, comparison_p
 from strategies.ddp import ReplicaAverager
 from strategies.distributed import backend
 from strategies.fsdp import full_state
+from strategies.hybrid_cost import HybridCost
 from strategies.mesh import LAYOUT, MeshLayout
 from strategies.options import (
     BucketOptions,
@@ -63,7 +64,6 @@ from strategies.pipeline import (
     run_schedule,
     scale_gradients,
 )
-from strategies.pipeline_cost import HybridCost
 from strategies.shards import shard_range
 from strategies.timing import timed_step
 
