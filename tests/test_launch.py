@@ -38,8 +38,34 @@ def test_the_agent_gets_torchruns_own_arguments_and_the_workers_environment(monk
     assert args.training_script_args == ["run", "--strategy", "ddp"]
     assert env[launch.RESOLVED_CONFIG_VARIABLE] == "{}"
     assert env[processes.LAUNCHER_VARIABLE] == str(os.getppid())  # the workers' torchrun is this process
-    assert Path(env[FAILURE_DIR_VARIABLE]).name.startswith("bench-failures-")
+    assert Path(env[FAILURE_DIR_VARIABLE]).name.startswith("bench-launch-")
+    assert args.log_dir == os.path.join(env[FAILURE_DIR_VARIABLE], "torchrun")  # not a torchelastic_* in /tmp
     assert FAILURE_DIR_VARIABLE not in os.environ  # this process's own environment is back as it was
+
+
+def test_a_launch_leaves_no_file_behind_but_the_users_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The failure notes, torchrun's log folder and the rendezvous files of each attempt go with the launch;
+    a log folder or rendezvous file the user named stays."""
+    monkeypatch.delenv(launch.TORCHRUN_LOG_DIR_VARIABLE, raising=False)
+    monkeypatch.delenv(launch.RENDEZVOUS_FILE_VARIABLE, raising=False)
+    env = launch.torchrun_env(2, "cpu", max_restarts=1)
+    written = []
+    with launch._launch_files(env) as (env, notes):
+        rendezvous = env[launch.RENDEZVOUS_FILE_VARIABLE]
+        for path in (f"{rendezvous}.attempt0", f"{rendezvous}.attempt1",
+                     os.path.join(env[launch.TORCHRUN_LOG_DIR_VARIABLE], "run", "attempt_0", "0"),
+                     notes / "rank0.json"):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("x")
+            written.append(Path(path))
+    assert not [p for p in written if p.exists()]
+
+    monkeypatch.setenv(launch.TORCHRUN_LOG_DIR_VARIABLE, str(tmp_path / "logs"))
+    monkeypatch.setenv(launch.RENDEZVOUS_FILE_VARIABLE, str(tmp_path / "rendezvous"))
+    with launch._launch_files(launch.torchrun_env(2, "cpu", max_restarts=1)) as (env, _):
+        assert env[launch.TORCHRUN_LOG_DIR_VARIABLE] == str(tmp_path / "logs")
+        (tmp_path / "rendezvous.attempt0").write_text("x")
+    assert (tmp_path / "rendezvous.attempt0").exists()
 
 
 @pytest.mark.parametrize(("outcome", "code"), [

@@ -14,6 +14,7 @@ one node or many, reaches the same workers.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import subprocess
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,10 @@ from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 RESOLVED_CONFIG_VARIABLE = "BENCH_RESOLVED_CONFIG"
 """The launcher's resolved configuration, as JSON, for the torchrun workers it starts: a run is
 validated once, where it is launched, not again in each of its processes."""
+
+TORCHRUN_LOG_DIR_VARIABLE = "PET_LOG_DIR"
+"""torchrun's ``--log-dir``: unset, its agent leaves a ``torchelastic_*`` folder in the temporary folder at
+every launch, empty unless ``--redirects`` or ``--tee`` were asked for."""
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +96,9 @@ def launch_local(
     command = torchrun_command(nproc, bench_args, max_restarts)
     log.info("launching: %s", " ".join(command))
     ours = dict(os.environ)
-    with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes:
+    with _launch_files(torchrun_env(nproc, accelerator, max_restarts, resolved)) as (env, notes):
         # torchrun's agent hands its workers this process's environment
-        os.environ.update({**torchrun_env(nproc, accelerator, max_restarts, resolved), FAILURE_DIR_VARIABLE: notes,
-                           # the workers' die_with_torchrun: this process is their torchrun
-                           processes.LAUNCHER_VARIABLE: str(os.getppid())})
+        os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid())})  # their die_with_torchrun
         try:
             run(parse_args(command[3:]))  # past "python -m torch.distributed.run"
             returncode = 0
@@ -105,8 +110,27 @@ def launch_local(
             os.environ.clear()
             os.environ.update(ours)
         if returncode != 0:
-            print(f"bench run: {read_failures(Path(notes)).line()}", file=sys.stderr)
+            print(f"bench run: {read_failures(notes).line()}", file=sys.stderr)
     return returncode
+
+
+@contextmanager
+def _launch_files(env: dict[str, str]) -> Iterator[tuple[dict[str, str], Path]]:
+    """``env`` for one launch, pointing at a folder of its own for the ranks' failure notes and torchrun's
+    logs; the folder, and the rendezvous files of every attempt when the launcher chose their name
+    (``torchrun_env``), are gone when the launch ends: a sweep of hundreds of runs leaves nothing behind
+    in the temporary folder, and no later run meets an earlier one's rendezvous keys."""
+    with tempfile.TemporaryDirectory(prefix="bench-launch-") as folder:
+        env = {**env, FAILURE_DIR_VARIABLE: folder}
+        if TORCHRUN_LOG_DIR_VARIABLE not in os.environ:  # the user's own log folder stays theirs
+            env[TORCHRUN_LOG_DIR_VARIABLE] = os.path.join(folder, "torchrun")
+        try:
+            yield env, Path(folder)
+        finally:
+            rendezvous = env.get(RENDEZVOUS_FILE_VARIABLE)
+            if rendezvous and rendezvous != os.environ.get(RENDEZVOUS_FILE_VARIABLE):
+                for attempt in glob.glob(f"{glob.escape(rendezvous)}.attempt*"):
+                    os.remove(attempt)
 
 
 def child_command(
@@ -137,9 +161,9 @@ def run_child(command: list[str], env: dict[str, str], timeout_s: float, log_pat
 
     Its whole output goes to ``log_path`` (else nowhere); the outcome carries one line from the
     ranks' own notes (bench/harness/failures.py). Nothing it started outlives this call or its caller."""
-    with tempfile.TemporaryDirectory(prefix="bench-failures-") as notes, _output(log_path) as output:
+    with _launch_files(env) as (env, notes), _output(log_path) as output:
         start = time.monotonic()
-        child = processes.start(command, {**env, FAILURE_DIR_VARIABLE: notes}, stdout=output, stderr=output)
+        child = processes.start(command, env, stdout=output, stderr=output)
         try:
             child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -151,7 +175,7 @@ def run_child(command: list[str], env: dict[str, str], timeout_s: float, log_pat
         seconds = time.monotonic() - start
         if child.returncode == 0:
             return ChildOutcome("ok", "", seconds)
-        ended = read_failures(Path(notes))
+        ended = read_failures(notes)
         if ended.failures or ended.vanished:
             reason = ended.line()
         else:  # it ended before any rank began (a bad argument, an import error): its last words say why
