@@ -10,6 +10,7 @@ import pytest
 
 from bench.harness.attach import PREDICTION_VARIABLE
 from bench.harness.config import RunConfig, resolve
+from bench.harness.records import RECORD_VERSION
 from bench.predict import for_sweep
 from tests.helpers.calibrations import equal_blocks
 
@@ -42,3 +43,28 @@ def test_the_sweep_hands_each_run_the_drift_timed_just_before_it(monkeypatch: py
         handed = json.loads(predictor.env_for(config)[PREDICTION_VARIABLE])
         assert handed["canary_ms"] == now and handed["canary_drift"] == pytest.approx(now / 4.0)
         assert any("as long as at calibration" in note for note in handed["notes"]) is noted
+
+
+def test_each_prediction_s_interval_takes_the_errors_of_the_runs_measured_before_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    out = tmp_path / "sweep.jsonl"
+    predictor = for_sweep.SweepPredictor(out=out)
+    predictor.calibrations[("mlp", "tiny")] = equal_blocks(4)
+    predictor.sources[("mlp", "tiny")] = "calibration c.json"
+    monkeypatch.setattr(for_sweep, "canary_ms", lambda: 1.0)
+    config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
+                                          out=str(out)))
+
+    def handed() -> dict:
+        return json.loads(predictor.env_for(config)[PREDICTION_VARIABLE])
+
+    first = handed()
+    assert "too few" in first["predicted_interval_basis"]
+    step = first["predicted_step_time_ms"]
+    # four runs measured 30% above their prediction: the next interval reaches them
+    rows = [{"record_version": RECORD_VERSION, "status": "ok", "disturbed": False, "step_time_ms_median": step * 1.3,
+             "prediction": {**first, "fitted": False}} for _ in range(4)]
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    later = handed()
+    assert later["predicted_step_time_ms_interval"] == pytest.approx([step * 0.7, step * 1.3])
+    assert later["predicted_interval_basis"].startswith("the 80% quantile of 4 earlier held-out errors")

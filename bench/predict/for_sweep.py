@@ -15,10 +15,12 @@ from pathlib import Path
 from bench.harness.attach import handed_over
 from bench.harness.config import RunConfig
 from bench.harness.environment import environment
+from bench.harness.records import read_records
 from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration
 from bench.predict.canary import canary_ms, drift_fields
 from bench.predict.compute import Disturbed
+from bench.predict.conformal import held_out_scores
 from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record
 from strategies import ConfigError
@@ -34,6 +36,8 @@ class SweepPredictor:
 
     calibrations: dict[tuple[str, str], Calibration] = field(default_factory=dict)
     sources: dict[tuple[str, str], str] = field(default_factory=dict)
+    out: Path | None = None
+    """The sweep's records: the runs it measured so far widen the next prediction's interval to their errors."""
 
     def env_for(self, config: RunConfig) -> dict[str, str]:
         """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
@@ -42,7 +46,7 @@ class SweepPredictor:
             return {}
         calibration = self.calibrations[key]
         try:
-            record = prediction_record(calibration, config, self.sources[key])
+            record = prediction_record(calibration, config, self.sources[key], self._held_out_errors(key))
         except (ValueError, KeyError) as exc:  # a setting the cost models do not cover: measured, not predicted
             log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
@@ -51,6 +55,13 @@ class SweepPredictor:
         notes = record["notes"]
         assert isinstance(notes, list)
         return handed_over({**record, **canary, "notes": [*notes, *([note] if note else [])]})
+
+    def _held_out_errors(self, key: tuple[str, str]) -> list[float] | None:
+        """What this calibration's earlier predictions missed by, on the runs the sweep measured so far."""
+        if self.out is None:
+            return None
+        records = read_records(self.out)[0] if self.out.exists() else []
+        return held_out_scores(records, self.sources[key])
 
 
 def check_calibration_choice(choice: str) -> None:
@@ -63,7 +74,7 @@ def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, .
                     microbatches: tuple[int, ...], out: Path) -> SweepPredictor:
     """Loads or takes the calibrations ``choice`` asks for. ConfigError (one line) for a file that
     cannot serve: unreadable, or of another machine."""
-    predictor = SweepPredictor()
+    predictor = SweepPredictor(out=out)
     if choice == "none" or not configs:
         return predictor
     machine = machine_identity(environment())

@@ -1,0 +1,75 @@
+"""A prediction interval that holds what it says: the calibration's spread, widened to the errors the same
+calibration has made on the runs a sweep already measured (split conformal prediction, run online).
+
+The calibration's own spread is how much its repeats of one timing moved inside one process: 2-8% here.
+The held-out errors of the runs it then predicted were larger (a median of 6.5% over the quiet sweep of
+62 configurations, up to 27%: the model's own error and the machine between the calibration and the run),
+so 12 of those 62 measured medians fell inside intervals made from the spread alone. A sweep measures
+each run right after predicting it; the next prediction's interval takes the ``COVERAGE`` quantile of the
+earlier runs' |measured / predicted - 1| as its half-width where that is wider than the spread. With n
+earlier scores the quantile is the ceil((n + 1) * COVERAGE)-th smallest, which holds a later error with
+probability at least ``COVERAGE`` when the errors are exchangeable (Vovk et al., *Algorithmic Learning in
+a Random World*, 2005; Angelopoulos & Bates, *A Gentle Introduction to Conformal Prediction*, 2021);
+until there are enough of them, the spread alone, and the basis says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+COVERAGE = 0.8
+"""The share of later measured steps a sweep's prediction intervals are built to hold."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A predicted step time's interval and what its half-width rests on."""
+
+    low_ms: float
+    high_ms: float
+    basis: str
+    """One line: the calibration's spread, or the held-out errors that widened it, with their count."""
+
+
+def held_out_scores(records: Iterable[dict[str, Any]], source: str) -> list[float]:
+    """|measured / predicted - 1| of every quiet, successful run predicted from ``source`` (a calibration)
+    whose own timings did not enter it: the errors a later prediction of the same calibration may make."""
+    scores = []
+    for record in records:
+        prediction = record.get("prediction")
+        if (not isinstance(prediction, dict) or record.get("status") != "ok" or record.get("disturbed")
+                or prediction.get("fitted") or prediction.get("compute_source") != source):
+            continue
+        predicted, measured = prediction.get("predicted_step_time_ms"), record.get("step_time_ms_median")
+        if predicted and measured:
+            scores.append(abs(measured / predicted - 1))
+    return scores
+
+
+def conformal_half_width(scores: Sequence[float], coverage: float = COVERAGE) -> float | None:
+    """The ceil((n + 1) * coverage)-th smallest of n scores; None where n is too few for that rank."""
+    rank = math.ceil((len(scores) + 1) * coverage)
+    return sorted(scores)[rank - 1] if rank <= len(scores) else None
+
+
+def interval(step_ms: float, spread: float, scores: Sequence[float] | None = None,
+             coverage: float = COVERAGE) -> Interval:
+    """``step_ms`` +- the wider of the calibration's ``spread`` and the conformal half-width of ``scores``
+    (both relative to ``step_ms``); None for ``scores`` where no run has been measured against it (``bench
+    predict``)."""
+    spread_basis = f"the calibration's spread ({spread:.1%})"
+    conformal = None if scores is None else conformal_half_width(scores, coverage)
+    if scores is None:
+        half, basis = spread, spread_basis
+    elif conformal is None:
+        half, basis = spread, f"{spread_basis}; {len(scores)} earlier held-out error(s), too few for its quantile"
+    elif conformal <= spread:
+        half, basis = spread, f"{spread_basis}, wider than the {coverage:.0%} quantile of {len(scores)} earlier " \
+                              f"held-out errors ({conformal:.1%})"
+    else:
+        half, basis = conformal, (f"the {coverage:.0%} quantile of {len(scores)} earlier held-out errors of this "
+                                  f"calibration ({conformal:.1%}), wider than its spread ({spread:.1%})")
+    return Interval(max(0.0, step_ms * (1 - half)), step_ms * (1 + half), basis)
