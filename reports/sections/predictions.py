@@ -19,8 +19,10 @@ def section(ctx: Context) -> Section | None:
         "measured median: error = predicted / measured - 1 (positive: pessimistic); an error within `repeats "
         "stray` (the repeats' distance from their median) cannot be told from noise. `timings`: `held out`, or "
         "`fitted` where the configuration's own runs entered the calibration; the summaries headline the held "
-        "out. The predicted interval is the calibration's own spread (half the range of its repeats); the "
-        "summaries count the measured medians inside it (coverage). Each configuration: Appendix."],
+        "out. The predicted interval is the calibration's own spread (half the range of its repeats), widened in "
+        "a sweep to the 80% quantile of the held-out errors of the runs measured before it (each record's "
+        "`predicted_interval_basis`); the summaries count the measured medians inside it (coverage). Each "
+        "configuration: Appendix."],
         [error_by_strategy(errors, ctx.runs).round(3), error_by_devices(errors).round(3),
          ranking(ctx.runs, ctx.leaders)])
 
