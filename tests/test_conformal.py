@@ -20,16 +20,17 @@ def test_the_half_width_is_the_finite_sample_quantile_of_the_scores(scores: list
 
 def test_the_interval_is_the_wider_of_the_spread_and_the_quantile_and_says_which() -> None:
     alone = interval(100.0, 0.02)  # bench predict: nothing measured against it
-    assert (alone.low_ms, alone.high_ms) == pytest.approx((98.0, 102.0))
+    assert (alone.low_ms, alone.high_ms) == pytest.approx((100 / 1.02, 102.0))
     assert alone.basis == "the calibration's spread (2.0%)"
     few = interval(100.0, 0.02, [0.5, 0.5])
-    assert (few.low_ms, few.high_ms) == pytest.approx((98.0, 102.0)) and "too few" in few.basis
+    assert (few.low_ms, few.high_ms) == pytest.approx((100 / 1.02, 102.0)) and "too few" in few.basis
     wide = interval(100.0, 0.02, [0.1, 0.3, 0.2, 0.05])
-    assert (wide.low_ms, wide.high_ms) == pytest.approx((70.0, 130.0))
+    assert (wide.low_ms, wide.high_ms) == pytest.approx((100 / 1.3, 130.0))
     assert wide.basis.startswith("the 80% quantile of 4 earlier held-out errors of this calibration (30.0%)")
     narrow = interval(100.0, 0.4, [0.1, 0.3, 0.2, 0.05])
-    assert (narrow.low_ms, narrow.high_ms) == pytest.approx((60.0, 140.0)) and "spread (40.0%), wider" in narrow.basis
-    assert interval(100.0, 0.02, [1.5] * 4).low_ms == 0.0  # never a negative step
+    assert (narrow.low_ms, narrow.high_ms) == pytest.approx((100 / 1.4, 140.0))
+    assert "spread (40.0%), wider" in narrow.basis
+    assert interval(100.0, 0.02, [1.5] * 4).low_ms == pytest.approx(40.0)  # a factor 2.5 either way: never below 0
 
 
 def _row(measured: float, predicted: float, **overrides: object) -> dict[str, object]:
@@ -44,7 +45,8 @@ def test_only_quiet_held_out_runs_of_the_same_calibration_are_scored() -> None:
     rows = [_row(110, 100), _row(90, 100), _row(150, 100, fitted=True), _row(150, 100, disturbed=True),
             _row(150, 100, status="failed"), _row(150, 100, compute_source="calibration b.json"),
             {"status": "ok", "step_time_ms_median": 150}]  # measured, not predicted
-    assert held_out_scores(rows, "calibration a.json") == pytest.approx([0.1, 0.1])
+    # a step measured at 0.9 of its prediction missed by a factor 1/0.9: as far as one measured at 1.11 of it
+    assert held_out_scores(rows, "calibration a.json") == pytest.approx([0.1, 1 / 0.9 - 1])
 
 
 def test_online_the_intervals_hold_their_share_where_the_spread_alone_would_not() -> None:

@@ -30,4 +30,4 @@ def test_a_prediction_carries_the_interval_of_the_calibrations_own_spread_where_
                                    accelerator="cpu", out=str(tmp_path / "r.jsonl")))
         record = prediction_record(calibration, config, "test")
         step = record["predicted_step_time_ms"]
-        assert record["predicted_step_time_ms_interval"] == pytest.approx([step * (1 - spread), step * (1 + spread)])
+        assert record["predicted_step_time_ms_interval"] == pytest.approx([step / (1 + spread), step * (1 + spread)])

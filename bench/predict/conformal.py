@@ -6,7 +6,10 @@ The held-out errors of the runs it then predicted were larger (a median of 6.5% 
 62 configurations, up to 27%: the model's own error and the machine between the calibration and the run),
 so 12 of those 62 measured medians fell inside intervals made from the spread alone. A sweep measures
 each run right after predicting it; the next prediction's interval takes the ``COVERAGE`` quantile of the
-earlier runs' |measured / predicted - 1| as its half-width where that is wider than the spread. With n
+earlier runs' errors as its half-width where that is wider than the spread. An error is the factor
+between the two, max(measured / predicted, predicted / measured) - 1, and the interval runs from the
+prediction over (1 + half-width) to the prediction times it: a step predicted at half its measured time
+misses by as much as one predicted at twice it, and the interval's low end stays above zero. With n
 earlier scores the quantile is the ceil((n + 1) * COVERAGE)-th smallest, which holds a later error with
 probability at least ``COVERAGE`` when the errors are exchangeable (Vovk et al., *Algorithmic Learning in
 a Random World*, 2005; Angelopoulos & Bates, *A Gentle Introduction to Conformal Prediction*, 2021);
@@ -35,8 +38,9 @@ class Interval:
 
 
 def held_out_scores(records: Iterable[dict[str, Any]], source: str) -> list[float]:
-    """|measured / predicted - 1| of every quiet, successful run predicted from ``source`` (a calibration)
-    whose own timings did not enter it: the errors a later prediction of the same calibration may make."""
+    """The error factor (``factor_error``) of every quiet, successful run predicted from ``source`` (a
+    calibration) whose own timings did not enter it: the errors a later prediction of the same calibration may
+    make."""
     scores = []
     for record in records:
         prediction = record.get("prediction")
@@ -45,8 +49,14 @@ def held_out_scores(records: Iterable[dict[str, Any]], source: str) -> list[floa
             continue
         predicted, measured = prediction.get("predicted_step_time_ms"), record.get("step_time_ms_median")
         if predicted and measured:
-            scores.append(abs(measured / predicted - 1))
+            scores.append(factor_error(measured, predicted))
     return scores
+
+
+def factor_error(measured: float, predicted: float) -> float:
+    """How many times over the prediction missed, less one: 0.25 for a step measured at 1.25 or 0.8 times its
+    prediction."""
+    return max(measured / predicted, predicted / measured) - 1
 
 
 def conformal_half_width(scores: Sequence[float], coverage: float = COVERAGE) -> float | None:
@@ -57,9 +67,8 @@ def conformal_half_width(scores: Sequence[float], coverage: float = COVERAGE) ->
 
 def interval(step_ms: float, spread: float, scores: Sequence[float] | None = None,
              coverage: float = COVERAGE) -> Interval:
-    """``step_ms`` +- the wider of the calibration's ``spread`` and the conformal half-width of ``scores``
-    (both relative to ``step_ms``); None for ``scores`` where no run has been measured against it (``bench
-    predict``)."""
+    """``step_ms`` over and times (1 + the wider of the calibration's ``spread`` and the conformal half-width of
+    ``scores``); None for ``scores`` where no run has been measured against it (``bench predict``)."""
     spread_basis = f"the calibration's spread ({spread:.1%})"
     conformal = None if scores is None else conformal_half_width(scores, coverage)
     if scores is None:
@@ -72,4 +81,4 @@ def interval(step_ms: float, spread: float, scores: Sequence[float] | None = Non
     else:
         half, basis = conformal, (f"the {coverage:.0%} quantile of {len(scores)} earlier held-out errors of this "
                                   f"calibration ({conformal:.1%}), wider than its spread ({spread:.1%})")
-    return Interval(max(0.0, step_ms * (1 - half)), step_ms * (1 + half), basis)
+    return Interval(step_ms / (1 + half), step_ms * (1 + half), basis)
