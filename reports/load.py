@@ -268,6 +268,7 @@ def fidelity_row(record: dict[str, Any]) -> dict[str, Any]:
         "emulated": bool(record["emulated"]),
         "held_to_target": met is not None,
         "share_of_ideal": record.get("share_of_ideal"),
+        "share_of_ideal_interval": record.get("share_of_ideal_interval"),
         "predicted_steps": record.get("predicted_steps"),
     }
 

@@ -123,7 +123,8 @@ def _agreement(panel: str, devices: int, batch: int, group: pd.DataFrame, measur
 
 
 def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
-    """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement."""
+    """The predicted account of each targeted pp-vs-mp row (bench/predict/explain.py), then its measurement
+    with its interval, and whether the account's last row (the full prediction) lands inside that interval."""
     rows = []
     targeted = fidelity[(fidelity["comparison"] == "pp-vs-mp") & fidelity["held_to_target"]] \
         if "predicted_steps" in fidelity else fidelity.iloc[0:0]
@@ -135,8 +136,22 @@ def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
             rows.append({"comparison": record["name"], "counting also": step["added"],
                          "speed-up": f"{step['predicted_speedup']:.2f} (predicted)",
                          "share of ideal": f"{step['predicted_share_of_ideal']:.0%} (predicted)"})
-        ideal = steps[0]["predicted_speedup"]
+        ideal, share = steps[0]["predicted_speedup"], record["share_of_ideal"]
+        interval = record.get("share_of_ideal_interval")
+        bounds = interval if isinstance(interval, (list, tuple)) and len(interval) == 2 else None
         rows.append({"comparison": record["name"], "counting also": "measured",
-                     "speed-up": f"{record['share_of_ideal'] * ideal:.2f}",
-                     "share of ideal": f"{record['share_of_ideal']:.0%}"})
+                     "speed-up": f"{share * ideal:.2f}",
+                     "share of ideal": f"{share:.0%}" + (f" [{bounds[0]:.0%}, {bounds[1]:.0%}]" if bounds else ""),
+                     "account lands": _lands(steps[-1]["predicted_share_of_ideal"], bounds)})
     return pd.DataFrame(rows)
+
+
+def _lands(predicted: float, bounds: list[float] | tuple[float, float] | None) -> str:
+    """Whether the full prediction's share of the ideal is inside the measured interval, else how far off."""
+    if bounds is None:
+        return "- (one round: no interval)"
+    low, high = bounds
+    if low <= predicted <= high:
+        return "inside the measured interval"
+    side, gap = ("below", low - predicted) if predicted < low else ("above", predicted - high)
+    return f"outside: {predicted:.0%}, {gap * 100:.0f} point(s) {side} it"

@@ -90,3 +90,25 @@ def test_the_report_counts_the_measured_medians_inside_their_predicted_intervals
     assert list(errors["inside interval"]) == [True, False, None]  # tp's prediction carried none
     summary = error_by_devices(errors).set_index("devices")
     assert summary.loc["all", "inside predicted interval"] == "1 of 2"
+
+
+def test_the_pipeline_account_says_whether_its_full_prediction_lands_inside_the_measured_interval() -> None:
+    import pandas as pd
+
+    from reports.predictions import pipeline_gap_table
+
+    steps = [{"added": "nothing", "predicted_speedup": 1.6, "predicted_share_of_ideal": 1.0},
+             {"added": "the runtimes", "predicted_speedup": 1.31, "predicted_share_of_ideal": 0.82}]
+
+    def landed(interval: list[float] | None) -> str:
+        fidelity = pd.DataFrame([{"comparison": "pp-vs-mp", "held_to_target": True, "name": "pp vs mp",
+                                  "predicted_steps": steps, "share_of_ideal": 0.88,
+                                  "share_of_ideal_interval": interval}])
+        table = pipeline_gap_table(fidelity)
+        measured = table[table["counting also"] == "measured"].iloc[0]
+        return f"{measured['share of ideal']} | {measured['account lands']}"
+
+    assert landed([0.84, 0.89]) == "88% [84%, 89%] | outside: 82%, 2 point(s) below it"
+    assert landed([0.80, 0.89]) == "88% [80%, 89%] | inside the measured interval"
+    assert landed([0.70, 0.80]).endswith("outside: 82%, 2 point(s) above it")
+    assert landed(None) == "88% | - (one round: no interval)"
