@@ -36,12 +36,17 @@ def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
     data["timings"] = [SAMPLES[bool(f)] if f in (True, False) else "unknown" for f in fitted]
     intervals = data.get("predicted_step_time_ms_interval", pd.Series(None, index=data.index))
     data["predicted interval ms"] = [f"{i[0]:.3g}-{i[1]:.3g}" if _pair(i) else "" for i in intervals]
-    data["inside interval"] = [i[0] <= m <= i[1] if _pair(i) else None
-                               for i, m in zip(intervals, data["step_time_ms"], strict=True)]
+    if "runs_with_interval" in data:  # combined repeats: each run against the interval predicted for it
+        judged, inside = data["runs_with_interval"].fillna(0), data["runs_inside_interval"].fillna(0)
+    else:  # one row a run
+        flags = [i[0] <= m <= i[1] if _pair(i) else None for i, m in zip(intervals, data["step_time_ms"], strict=True)]
+        judged = pd.Series([0 if f is None else 1 for f in flags], index=data.index)
+        inside = pd.Series([int(bool(f)) for f in flags], index=data.index)
+    data["runs with interval"], data["runs inside"] = judged.astype(int), inside.astype(int)
     table = data.sort_values(["panel", "devices", "variant"])[
         ["panel", "devices", "variant", "global_batch", "timings", "step_time_ms", "measured range ms",
-         "predicted_step_time_ms", "predicted interval ms", "inside interval", "error", "repeats stray",
-         "within repeats", "emulated"]]
+         "predicted_step_time_ms", "predicted interval ms", "runs with interval", "runs inside", "error",
+         "repeats stray", "within repeats", "emulated"]]
     return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
 
 
@@ -90,9 +95,9 @@ def _summary(timings: str, devices: str, group: pd.DataFrame) -> dict[str, Any]:
     if "repeats stray" in group:  # the measurement's own noise, the floor an error is read against
         row["median repeats stray"] = group["repeats stray"].median()
         row["within repeats"] = f"{int(group['within repeats'].sum())} of {len(group)}"
-    if "inside interval" in group and group["inside interval"].notna().any():  # the intervals' coverage
-        judged = group["inside interval"].dropna()
-        row["inside predicted interval"] = f"{int(judged.sum())} of {len(judged)}"
+    if "runs with interval" in group and group["runs with interval"].sum():  # the intervals' coverage, run by run
+        judged, inside = int(group["runs with interval"].sum()), int(group["runs inside"].sum())
+        row["runs inside predicted interval"] = f"{inside} of {judged}"
     return row
 
 

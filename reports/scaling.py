@@ -82,6 +82,13 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
                 row[name] = statistics.median(values)
         # One run has no interval: the unit of repetition is the run, and its own steps' spread is not one.
         row["samples_per_s_low"], row["samples_per_s_high"] = interval or (float("nan"), float("nan"))
+        # Each run against the interval predicted for it (a sweep widens each to the errors measured before it).
+        intervals = used.get("predicted_step_time_ms_interval", ())
+        judged = [low <= measured <= high for measured, interval in zip(used["step_time_ms"], intervals, strict=True)
+                  if isinstance(interval, (list, tuple)) and len(interval) == 2 for low, high in [interval]]
+        row["runs_inside_interval"], row["runs_with_interval"] = sum(judged), len(judged)
+        if judged:  # the one shown: its last run's, predicted from the most earlier errors
+            row["predicted_step_time_ms_interval"] = list(intervals)[-1]
         predicted = row.get("predicted_step_time_ms")
         if predicted is not None and predicted == predicted:  # not NaN
             # The error the report shows: against the median of the repeats, not the first repeat's own.

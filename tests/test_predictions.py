@@ -87,9 +87,31 @@ def test_the_report_counts_the_measured_medians_inside_their_predicted_intervals
         "step_time_ms": [100.0] * 3, "predicted_step_time_ms": [95.0, 120.0, 104.0],
         "predicted_step_time_ms_interval": [[90.0, 100.0], [110.0, 130.0], None], "emulated": [True] * 3})
     errors = prediction_errors(runs)
-    assert list(errors["inside interval"]) == [True, False, None]  # tp's prediction carried none
+    assert list(errors["runs with interval"]) == [1, 1, 0]  # tp's prediction carried none
+    assert list(errors["runs inside"]) == [1, 0, 0]
     summary = error_by_devices(errors).set_index("devices")
-    assert summary.loc["all", "inside predicted interval"] == "1 of 2"
+    assert summary.loc["all", "runs inside predicted interval"] == "1 of 2"
+
+
+def test_coverage_counts_each_run_against_the_interval_predicted_for_it_not_the_first_repeats() -> None:
+    import pandas as pd
+
+    from reports.predictions import error_by_devices, prediction_errors
+    from reports.scaling import combine
+
+    # a sweep's three repeats of one configuration: the first interval (the spread alone) misses its run, the
+    # later two, widened by the errors measured before them, hold theirs; the first repeat's interval against
+    # the median would have said 0 of 1
+    runs = pd.DataFrame({
+        "config_key": ["k"] * 3, "panel": "mlp", "devices": 2, "variant": "ddp", "global_batch": 64,
+        "step_time_ms": [130.0, 120.0, 110.0], "samples_per_s": [1.0, 1.0, 1.0],
+        "peak_mem_mib_per_device": [1.0] * 3, "disturbed": False, "profiled": False, "emulated": True,
+        "predicted_step_time_ms": [100.0] * 3,
+        "predicted_step_time_ms_interval": [[98.0, 102.0], [80.0, 125.0], [75.0, 133.0]]})
+    errors = prediction_errors(combine(runs))
+    assert (errors["runs with interval"].item(), errors["runs inside"].item()) == (3, 2)
+    assert errors["predicted interval ms"].item() == "75-133"  # the last run's
+    assert error_by_devices(errors).set_index("devices").loc["all", "runs inside predicted interval"] == "2 of 3"
 
 
 def test_the_pipeline_account_says_whether_its_full_prediction_lands_inside_the_measured_interval() -> None:

@@ -21,7 +21,8 @@ def section(ctx: Context) -> Section | None:
         "`fitted` where the configuration's own runs entered the calibration; the summaries headline the held "
         "out. The predicted interval is the calibration's own spread (half the range of its repeats), widened in "
         "a sweep to the 80% quantile of the held-out errors of the runs measured before it (each record's "
-        "`predicted_interval_basis`); the summaries count the measured medians inside it (coverage). Each "
+        "`predicted_interval_basis`); the summaries count the runs whose measured step fell inside the interval "
+        "predicted for it (coverage; a configuration shows its last run's interval). Each "
         "configuration: Appendix."],
         [error_by_strategy(errors, ctx.runs).round(3), error_by_devices(errors).round(3),
          ranking(ctx.runs, ctx.leaders)])
