@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from reports.scaling import is_pair
 from reports.tables import WRONG
 
 
@@ -35,11 +36,12 @@ def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
     fitted = data["prediction_fitted"] if "prediction_fitted" in data else pd.Series(None, index=data.index)
     data["timings"] = [SAMPLES[bool(f)] if f in (True, False) else "unknown" for f in fitted]
     intervals = data.get("predicted_step_time_ms_interval", pd.Series(None, index=data.index))
-    data["predicted interval ms"] = [f"{i[0]:.3g}-{i[1]:.3g}" if _pair(i) else "" for i in intervals]
+    data["predicted interval ms"] = [f"{i[0]:.3g}-{i[1]:.3g}" if is_pair(i) else "" for i in intervals]
     if "runs_with_interval" in data:  # combined repeats: each run against the interval predicted for it
         judged, inside = data["runs_with_interval"].fillna(0), data["runs_inside_interval"].fillna(0)
     else:  # one row a run
-        flags = [i[0] <= m <= i[1] if _pair(i) else None for i, m in zip(intervals, data["step_time_ms"], strict=True)]
+        flags = [i[0] <= m <= i[1] if is_pair(i) else None
+                 for i, m in zip(intervals, data["step_time_ms"], strict=True)]
         judged = pd.Series([0 if f is None else 1 for f in flags], index=data.index)
         inside = pd.Series([int(bool(f)) for f in flags], index=data.index)
     data["runs with interval"], data["runs inside"] = judged.astype(int), inside.astype(int)
@@ -50,8 +52,6 @@ def prediction_errors(runs: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={"step_time_ms": "measured step ms", "predicted_step_time_ms": "predicted step ms"})
 
 
-def _pair(interval: object) -> bool:
-    return isinstance(interval, (list, tuple)) and len(interval) == 2
 
 
 SAMPLES = {False: "held out", True: "fitted"}
@@ -143,7 +143,7 @@ def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
                          "share of ideal": f"{step['predicted_share_of_ideal']:.0%} (predicted)"})
         ideal, share = steps[0]["predicted_speedup"], record["share_of_ideal"]
         interval = record.get("share_of_ideal_interval")
-        bounds = interval if isinstance(interval, (list, tuple)) and len(interval) == 2 else None
+        bounds = interval if is_pair(interval) else None
         rows.append({"comparison": record["name"], "counting also": "measured",
                      "speed-up": f"{share * ideal:.2f}",
                      "share of ideal": f"{share:.0%}" + (f" [{bounds[0]:.0%}, {bounds[1]:.0%}]" if bounds else ""),

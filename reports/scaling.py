@@ -54,6 +54,11 @@ PER_RUN_MEDIANS = ("bubble_measured", "update_fraction")
 """Figures each run measures that a configuration's row shows as the median over its repeats, as its step time."""
 
 
+def is_pair(interval: object) -> bool:
+    """Whether a record's interval field holds its two bounds (older records and profiles carry none)."""
+    return isinstance(interval, (list, tuple)) and len(interval) == 2
+
+
 def combine(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration from its repeats: the median over the undisturbed ones (over all of them,
     marked, when every repeat was disturbed), and the bootstrap interval of that median."""
@@ -84,8 +89,8 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
         row["samples_per_s_low"], row["samples_per_s_high"] = interval or (float("nan"), float("nan"))
         # Each run against the interval predicted for it (a sweep widens each to the errors measured before it).
         intervals = used.get("predicted_step_time_ms_interval", ())
-        judged = [low <= measured <= high for measured, interval in zip(used["step_time_ms"], intervals, strict=True)
-                  if isinstance(interval, (list, tuple)) and len(interval) == 2 for low, high in [interval]]
+        judged = [bounds[0] <= measured <= bounds[1]
+                  for measured, bounds in zip(used["step_time_ms"], intervals, strict=True) if is_pair(bounds)]
         row["runs_inside_interval"], row["runs_with_interval"] = sum(judged), len(judged)
         if judged:  # the one shown: its last run's, predicted from the most earlier errors
             row["predicted_step_time_ms_interval"] = list(intervals)[-1]

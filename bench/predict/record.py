@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from bench.harness.config import RunConfig
 from bench.harness.launch import threads_per_process
 from bench.harness.records import RECORD_VERSION
+from bench.predict import conformal
 from bench.predict.calibration import Calibration
-from bench.predict.conformal import Interval, interval
 from bench.predict.costs import CostSource, optimizer_states, predict_memory, predict_step
 from bench.predict.runtime import fitted
 from bench.predict.scenario import scenario_for
@@ -59,11 +59,11 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str,
 
 
 def _interval(calibration: CostSource, config: RunConfig, step_ms: float,
-              held_out_errors: Sequence[float] | None) -> Interval | None:
+              held_out_errors: Sequence[float] | None) -> conformal.Interval | None:
     """The calibration's own spread where the run's processes run (Calibration.spread_for), widened by
     ``held_out_errors``; None for a profile."""
     if not isinstance(calibration, Calibration):
         return None
     spread = calibration.spread_for(config.run.devices if strategy_class(config.strategy).launch == Launch.PER_DEVICE
                                     else 1)
-    return interval(step_ms, spread, held_out_errors)
+    return conformal.interval(step_ms, spread, held_out_errors)
