@@ -136,6 +136,12 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def barrier() -> None:
+    """Every rank of the default group waits for the others here (nothing outside a process group)."""
+    if is_initialized():
+        dist.barrier()
+
+
 def backend() -> str | None:
     """The default group's backend (``nccl``, ``gloo``), or None outside a process group."""
     return str(dist.get_backend()) if is_initialized() else None

@@ -39,3 +39,29 @@ def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
                                           out=str(tmp_path / "r.jsonl")))
     losses = global_losses(train(config).ranks)
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 3])
+def test_the_ranks_meet_after_the_last_warm_up_step_before_the_first_timed_one(
+        warmup: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last warm-up step's byte counting is read on each rank for its own while; without the barrier a rank
+    that left it first waited for its peers inside its first timed step (fsdp ZeRO-3's measured 2x its others)."""
+    from bench.harness import runner
+
+    seen: list[str] = []
+    step = runner._one_step
+
+    def one_step(*args: object) -> None:
+        seen.append(f"step {args[2]}")
+        step(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "_one_step", one_step)
+    monkeypatch.setattr(runner, "barrier", lambda: seen.append("barrier"))
+    config = resolve(RunConfig.from_flags(model="mlp", preset="tiny", steps=2, warmup=warmup,
+                                          out=str(tmp_path / "r.jsonl")))
+    result = train(config)
+    assert len(result.ranks[0].step_times_s) == 2
+    expected = [f"step {s}" for s in range(warmup + 2)]
+    if warmup:
+        expected.insert(warmup, "barrier")
+    assert seen == expected

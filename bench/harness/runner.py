@@ -28,7 +28,7 @@ from models.flops import train_flops_per_sample
 from strategies import Launch, Strategy, Topology, build_strategy
 from strategies.base import OptimizerChoice
 from strategies.devices import peak_memory, reset_peak_memory, synchronize
-from strategies.distributed import gather_objects, process_group, torchrun_topology
+from strategies.distributed import barrier, gather_objects, process_group, torchrun_topology
 from strategies.precision import set_tf32
 
 log = logging.getLogger(__name__)
@@ -206,6 +206,11 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
         for step, (inputs, targets) in enumerate(batches):
             with comm.counting(topo.devices[0].type == "cuda") if step == counted_step else nullcontext():
                 _one_step(run, config, step, inputs, targets, memory, fault, stats)
+            if step == config.run.warmup - 1:
+                # The timed steps start together. The counted step's profiler is read on each rank for its own
+                # while, and a rank that left it first waited for its peers inside its first timed step: fsdp
+                # ZeRO-3's, which starts with an all-gather, measured 2x its others (mlp small, 2 ranks).
+                barrier()
             if trace is not None:
                 assert isinstance(profiler, torch.profiler.profile), "step_profiler profiles when given a path"
                 profiler.step()
