@@ -193,8 +193,9 @@ class PipelineCost(CostModel):
             spans = simulate(table, duration, transfer, before)
         makespan = max(s.end for s in spans)
         busy = max(sum(s.end - s.start + between for s in spans if s.rank == r) for r in table)
-        stage_parameters = max(self.local_parameters(blocks, [i for p in range(r, ranks * v, ranks) for i in parts[p]],
-                                                     scenario) for r in range(ranks))
+        # the blocks of every stage pipeline rank r holds (stage s runs on rank s % ranks)
+        held = [[i for p in range(r, ranks * v, ranks) for i in parts[p]] for r in range(ranks)]
+        stage_parameters = max(self.local_parameters(blocks, ids, scenario) for ids in held)
         update = costs.optimizer_ms(threads, stage_parameters) * all_at_work
         # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
         # all-reduce runs after it, exposed.
@@ -202,8 +203,7 @@ class PipelineCost(CostModel):
         split = any(s.action.kind == BACKWARD_WEIGHT for s in spans)
         notes = ["I and W are taken as half a backward each (not measured)"] if split and None in splits else []
         overhead = own_overhead(costs, threads, samples * m) * all_at_work  # the step's own, once per schedule
-        overhead += max(self.runtime_per_step_ms(costs, scenario, [i for p in range(r, ranks * v, ranks)
-                                                                    for i in parts[p]]) for r in range(ranks))
+        overhead += max(self.runtime_per_step_ms(costs, scenario, ids) for ids in held)
         return StepPrediction(makespan + averaging + update + overhead, busy, makespan - busy + averaging, update,
                               simulated_bubble(spans), spans, notes)
 
