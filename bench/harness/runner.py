@@ -237,7 +237,7 @@ def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tens
         synchronize(topo.devices)
         start = time.perf_counter()
         if step == 0 and config.run.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
-            with memory.track(run.model, run.optimizer):
+            with memory.track(run.model, run.optimizer, run.spec.loss_fn):
                 loss = run.step(inputs, targets)
         else:
             loss = run.step(inputs, targets)
