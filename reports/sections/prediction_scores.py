@@ -8,14 +8,16 @@ import pandas as pd
 from reports.context import Context
 from reports.render import Section
 
-KINDS = ("parameters", "gradients", "optimizer_state", "activations", "total")
-"""The kinds the memory model predicts (each strategy's cost model), as the tracker names them."""
+KINDS = ("parameters", "gradients", "optimizer_state", "activations", "gathered_parameters", "temporaries", "total")
+"""The kinds a memory model may predict (each strategy's cost model), as the tracker names them; a configuration is
+scored on those its prediction carries (FSDP's gathered parameters, DDP's buckets as temporaries)."""
 BUBBLE_TOLERANCE = 0.05
 """How far a predicted bubble may sit from the measured one (issue 29's target), as a share of the step."""
 
 
 def memory_scores(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration that carries both: predicted against tracked MiB of each kind, on the largest device."""
+    """Per configuration that carries both: predicted against tracked MiB of each kind, on the largest device,
+    and each kind's error (predicted / measured - 1; NaN where it predicts none of that kind or measured none)."""
     if runs.empty or "predicted_memory_by_kind" not in runs:
         return pd.DataFrame()
     rows = []
@@ -24,15 +26,36 @@ def memory_scores(runs: pd.DataFrame) -> pd.DataFrame:
         measured_total = r.get("mem_total_mib")
         if not isinstance(predicted, dict) or measured_total is None or measured_total != measured_total:
             continue
-        row = {"panel": r["panel"], "devices": r["devices"], "variant": r["variant"]}
+        row: dict[str, object] = {"panel": r["panel"], "devices": r["devices"], "variant": r["variant"]}
         for kind in KINDS:
             measured = float(r.get(f"mem_{kind}_mib") or 0.0)
-            guess = float(predicted.get(kind, 0)) / 2**20
+            if kind not in predicted:
+                continue
+            guess = float(predicted[kind]) / 2**20
             row[f"{kind} MiB (measured / predicted)"] = f"{measured:.3g} / {guess:.3g}"
-            if kind == "total":
-                row["total error"] = guess / measured - 1 if measured else float("nan")
+            row[f"{kind} error"] = guess / measured - 1 if measured else float("nan")
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    errors = [f"{kind} error" for kind in KINDS if f"{kind} error" in table]
+    strings = [f"{kind} MiB (measured / predicted)" for kind in KINDS if f"{kind} error" in table]
+    return table[["panel", "devices", "variant", *strings, *errors]] if rows else table
+
+
+def kind_summary(scores: pd.DataFrame) -> list[str]:
+    """One phrase per kind scored: median and largest |error|, over how many configurations, and where the
+    largest was."""
+    phrases = []
+    for kind in KINDS:
+        column = f"{kind} error"
+        if column not in scores:
+            continue
+        errors = scores[column].abs().dropna()
+        if errors.empty:
+            continue
+        worst = scores.loc[errors.idxmax()]
+        phrases.append(f"{kind.replace('_', ' ')} median {errors.median():.1%}, largest {errors.max():.1%} "
+                       f"({worst['variant']} x{worst['devices']}, {worst['panel']}; {len(errors)} configurations)")
+    return phrases
 
 
 def bubble_scores(runs: pd.DataFrame) -> pd.DataFrame:
@@ -55,11 +78,9 @@ def section(ctx: Context) -> Section | None:
         return None
     text = []
     if not memory.empty:
-        errors = memory["total error"].abs()
-        text.append(f"Memory: PREDICTED bytes by kind (each strategy's cost model) against torch's MemTracker on the "
-                    f"largest device, over the first warm-up step; total |error| median {errors.median():.1%}, "
-                    f"largest {errors.max():.1%} over {len(memory)} configurations (runs the tracker cannot follow, "
-                    "such as pipelines, are not scored).")
+        text.append("Memory: PREDICTED bytes by kind (each strategy's cost model) against torch's MemTracker on the "
+                    "largest device, over the first warm-up step (runs the tracker cannot follow, such as "
+                    "pipelines, are not scored); |error| by kind: " + "; ".join(kind_summary(memory)) + ".")
     if not bubbles.empty:
         inside = int(bubbles[f"within {BUBBLE_TOLERANCE}"].sum())
         text.append(f"Bubbles: the PREDICTED idle share of each pipeline's step (its schedule's action table "
