@@ -20,6 +20,7 @@ from bench.harness.comm import mean_bytes
 from bench.harness.config import RunConfig
 from bench.harness.devices import peak_flops_per_s
 from bench.harness.disturbance import gpu_tenants, judge, machine_cores
+from bench.harness.memory import tracked_steps_name
 from bench.harness.runner import RunResult, global_losses, step_times_ms
 from strategies.devices import is_emulated
 
@@ -140,7 +141,7 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
         "samples_per_s_per_device": samples_per_s / topo.device_count,
         "peak_mem_bytes": [b for r in result.ranks for b in r.peak_mem_bytes],
         "peak_mem_source": result.ranks[0].peak_mem_source,
-        **_memory_by_kind(result),
+        **_memory_by_kind(result, config.run.warmup),
         # what each rank handed to gloo/NCCL in its last warm-up step (bench/harness/comm.py); None: not counted
         "comm_bytes_per_step": [r.comm_bytes for r in result.ranks],
         "comm_bytes_per_step_mean": mean_bytes([r.comm_bytes for r in result.ranks]),
@@ -165,12 +166,13 @@ def build_record(config: RunConfig, result: RunResult, env: dict[str, Any]) -> d
     }
 
 
-def _memory_by_kind(result: RunResult) -> dict[str, Any]:
-    """Every rank's peak bytes by kind over its first warm-up step (bench/harness/memory.py), in rank order."""
+def _memory_by_kind(result: RunResult, warmup: int) -> dict[str, Any]:
+    """Every rank's peak bytes by kind over the warm-up steps it tracked (bench/harness/memory.py), in rank order."""
     tracked = [{"rank": r.rank, **device} for r in result.ranks for device in (r.memory_by_kind or [])]
     errors = sorted({r.memory_error for r in result.ranks if r.memory_error})
     trackers = sorted({str(d.get("tracker")) for d in tracked})
-    source = f"torch {', '.join(trackers)}, first warm-up step" if tracked else "; ".join(errors) or None
+    step = tracked_steps_name(warmup)
+    source = f"torch {', '.join(trackers)}, {step}" if tracked else "; ".join(errors) or None
     return {"memory_by_kind": tracked or None, "memory_by_kind_source": source}
 
 

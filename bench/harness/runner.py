@@ -21,7 +21,7 @@ from bench.harness.failures import note_step
 from bench.harness.faults import Fault, fault_for
 from bench.harness.knobs import apply_model_knobs
 from bench.harness.labels import run_label
-from bench.harness.memory import MemoryByKind
+from bench.harness.memory import MemoryByKind, tracked_steps
 from bench.harness.traces import PROFILED_STEPS, profile_path, step_profiler
 from models.data import RandomDataset, global_batches
 from models.flops import train_flops_per_sample
@@ -55,7 +55,7 @@ class RankStats:
     load: RankLoad | None = None
     """What this rank saw of the machine over its timed steps (bench/harness/disturbance.py)."""
     memory_by_kind: list[dict[str, Any]] | None = None
-    """Peak bytes by kind on each of this rank's devices over its first warm-up step (bench/harness/memory.py)."""
+    """Peak bytes by kind on each of this rank's devices over the warm-up steps bench/harness/memory.py tracks."""
     memory_error: str | None = None
     trace: str | None = None
     """This rank's torch.profiler trace (``--profile``)."""
@@ -236,7 +236,7 @@ def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tens
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
         synchronize(topo.devices)
         start = time.perf_counter()
-        if step == 0 and config.run.warmup > 0 and not memory.error:  # untimed: the tracker slows every op
+        if step in tracked_steps(config.run.warmup) and not memory.error:  # untimed: the tracker slows every op
             with memory.track(run.model, run.optimizer, run.spec.loss_fn):
                 loss = run.step(inputs, targets)
         else:

@@ -89,7 +89,8 @@ def section(ctx: Context) -> Section | None:
     data = tracked(ctx.runs) if not ctx.runs.empty else pd.DataFrame()
     if data.empty:
         return None
-    text = ["MiB that the largest device held over the first warm-up step, as torch's MemTracker (FSDPMemTracker "
+    text = ["MiB that the largest device held over its first and second warm-up steps (each kind the larger; the "
+            "second holds the optimizer's state throughout), as torch's MemTracker (FSDPMemTracker "
             "for fsdp) sorts its tensors, each kind at its own peak, the total at the step's peak. The pipelines' "
             "step is one the tracker cannot follow, so they are absent. Then, per device count, each budget that "
             "buys speed and the fastest configuration within it."]

@@ -79,7 +79,7 @@ def section(ctx: Context) -> Section | None:
     text = []
     if not memory.empty:
         text.append("Memory: PREDICTED bytes by kind (each strategy's cost model) against torch's MemTracker on the "
-                    "largest device, over the first warm-up step (runs the tracker cannot follow, such as "
+                    "largest device, over the warm-up steps each run tracked (runs the tracker cannot follow, such as "
                     "pipelines, are not scored); |error| by kind: " + "; ".join(kind_summary(memory)) + ".")
     if not bubbles.empty:
         inside = int(bubbles[f"within {BUBBLE_TOLERANCE}"].sum())
