@@ -14,9 +14,10 @@ from tests.helpers.equivalence import assert_matches_reference, reference
 from tests.helpers.ranks import merged_state, run_ranks_sequence
 
 
-def _config(tmp_path: Path, strategy: str, model: str, **kw: object) -> RunConfig:
+def _config(tmp_path: Path, strategy: str, model: str, warmup: int = 1, **kw: object) -> RunConfig:
     return resolve(RunConfig.from_flags(strategy=strategy, devices=2, model=model, preset="tiny", norm="group", steps=2,
-                                        warmup=1, accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60, **kw))
+                                        warmup=warmup, accelerator="cpu", out=str(tmp_path / "r.jsonl"), timeout_s=60,
+                                        **kw))
 
 
 # fsdp and zero1 apply to every family; tp to those with a plan. ZeRO-2 and ZeRO-3 both appear.
@@ -66,8 +67,9 @@ def _expected_tp_parameter_bytes(model: str) -> float:
 @pytest.mark.distributed
 def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Path) -> None:
     strategies = [("ddp", {}), ("zero1", {}), ("fsdp", {"reshard_after_forward": False}), ("fsdp", {}), ("tp", {})]
-    configs = [_config(tmp_path, strategy, "transformer", **kw) for strategy, kw in strategies]
-    cnn = [_config(tmp_path, strategy, "cnn") for strategy in ("ddp", "fsdp")]
+    # Two warm-up steps: the second is tracked too, the optimizer's state held through it as in every later step.
+    configs = [_config(tmp_path, strategy, "transformer", warmup=2, **kw) for strategy, kw in strategies]
+    cnn = [_config(tmp_path, strategy, "cnn", warmup=2) for strategy in ("ddp", "fsdp")]
     runs = run_ranks_sequence(configs + cnn, 2, tmp_path)
     memory = [results[0].ranks[0].memory_by_kind[0] for results in runs]
     ddp, zero1, zero2, zero3, tp, cnn_ddp, cnn_fsdp = memory
@@ -96,6 +98,13 @@ def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Pat
     expected = _expected_tp_parameter_bytes("transformer")
     assert math.isclose(tp["parameters"], expected, rel_tol=0.10), (tp["parameters"], expected, whole)
     assert tp["parameters"] == tp["gradients"] == tp["optimizer_state"]
+    # fsdp's peak, in the backward (strategies/fsdp.py held_at): two blocks gathered under ZeRO-3, a block's whole
+    # gradients and the previous block's reduce-scatter buffer. Taken at the forward's end or the optimizer step
+    # alone, as the model once did, it missed the small cnn's by 23% (docs/predictor.md); on this tiny cnn the walk
+    # is 12% under the tracker's peak, not yet explained, so only the transformer is held to it here.
+    for config, tracked in ((configs[2], zero2), (configs[3], zero3)):
+        predicted = _predicted_memory(config)
+        assert math.isclose(predicted["total"], tracked["total"], rel_tol=0.05), (config.strategy, predicted, tracked)
     # The predicted activations: each rank keeps its share of what the plan splits (the heads, the MLP's
     # hidden) and all of the rest. Taking none of them as split, as the model once did, misses by 40% here.
     predicted, unsplit = _predicted_activations(configs[-1])
@@ -110,6 +119,19 @@ def _counted_activations(config: RunConfig) -> float:
     spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
     assert config.run.batch_size is not None
     return sum(saved_bytes_per_sample(spec)) * config.run.batch_size / 2
+
+
+def _predicted_memory(config: RunConfig) -> dict[str, int]:
+    """The cost model's bytes by kind for ``config``, from the model's own parameter and saved-tensor counts."""
+    from bench.predict.calibration import BlockCost, Line
+    from bench.predict.costs import predict_memory
+    from bench.predict.scenario import scenario_for
+    from models.sizes import parameter_counts, saved_bytes_per_sample
+
+    spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
+    blocks = [BlockCost(Line(0, 0), Line(0, 0), n, 0.0, saved)
+              for n, saved in zip(parameter_counts(spec.blocks), saved_bytes_per_sample(spec), strict=True)]
+    return predict_memory(blocks, scenario_for(config), 1)
 
 
 def _predicted_activations(config: RunConfig) -> tuple[float, float]:
