@@ -69,7 +69,8 @@ def test_ddp_vs_plain_ddp_meets_its_target_on_equal_work_only(
                                                             out=str(tmp_path / "r.jsonl")))
     assert config is not None
     # The median of 5: with 3, a whole comparison (not one round) missed 3% once in CI on torch 2.11 (ratio 1.050).
-    comparison = loops.ddp_vs_plain_ddp(config, rounds=5)
+    # Double the work misses by 2x, far beyond a round's noise: one round tells it.
+    comparison = loops.ddp_vs_plain_ddp(config, rounds=1 if double else 5)
     assert comparison.target == "within 3%"
     assert comparison.met is not double, comparison.figure
     # The gradient all-reduce (a few ms here) is on both sides once, so double the work is a bit under 2x.
