@@ -54,7 +54,8 @@ def tracked_steps_name(warmup: int) -> str:
 
 
 class MemoryByKind:
-    """Tracks one step; ``peaks`` is then one {kind: bytes} per device the process used.
+    """Tracks each of ``tracked_steps`` (one ``track`` each); ``peaks`` is then one {kind: bytes} per device the
+    process used, each kind the larger over the steps (``_larger``).
 
     A tracker's "peak" snapshot is the breakdown at the one moment the total peaked (mid-backward,
     usually), when the gradients are half made and the optimizer has not run. So each kind is taken
