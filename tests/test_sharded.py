@@ -118,24 +118,12 @@ def _counted_activations(config: RunConfig) -> float:
 
     spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
     assert config.run.batch_size is not None
-    return sum(saved_bytes_per_sample(spec)) * config.run.batch_size / 2
+    return sum(saved_bytes_per_sample(spec)) * config.run.batch_size / config.run.devices
 
 
-def _predicted_memory(config: RunConfig) -> dict[str, int]:
-    """The cost model's bytes by kind for ``config``, from the model's own parameter and saved-tensor counts."""
-    from bench.predict.calibration import BlockCost, Line
-    from bench.predict.costs import predict_memory
-    from bench.predict.scenario import scenario_for
-    from models.sizes import parameter_counts, saved_bytes_per_sample
-
-    spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
-    blocks = [BlockCost(Line(0, 0), Line(0, 0), n, 0.0, saved)
-              for n, saved in zip(parameter_counts(spec.blocks), saved_bytes_per_sample(spec), strict=True)]
-    return predict_memory(blocks, scenario_for(config), 1)
-
-
-def _predicted_activations(config: RunConfig) -> tuple[float, float]:
-    """tp's predicted activations for ``config``, and what they would be with nothing split."""
+def _predicted_memory(config: RunConfig, **scenario_changes: object) -> dict[str, int]:
+    """The cost model's bytes by kind for ``config`` (its scenario with ``scenario_changes``), from the model's own
+    parameter and saved-tensor counts."""
     import dataclasses
 
     from bench.predict.calibration import BlockCost, Line
@@ -146,6 +134,9 @@ def _predicted_activations(config: RunConfig) -> tuple[float, float]:
     spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
     blocks = [BlockCost(Line(0, 0), Line(0, 0), n, 0.0, saved)
               for n, saved in zip(parameter_counts(spec.blocks), saved_bytes_per_sample(spec), strict=True)]
-    scenario = scenario_for(config)
-    unsplit = dataclasses.replace(scenario, tp_split_share=())
-    return (predict_memory(blocks, scenario, 1)["activations"], predict_memory(blocks, unsplit, 1)["activations"])
+    return predict_memory(blocks, dataclasses.replace(scenario_for(config), **scenario_changes), 1)
+
+
+def _predicted_activations(config: RunConfig) -> tuple[float, float]:
+    """tp's predicted activations for ``config``, and what they would be with nothing split."""
+    return _predicted_memory(config)["activations"], _predicted_memory(config, tp_split_share=())["activations"]

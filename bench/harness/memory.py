@@ -71,7 +71,9 @@ class MemoryByKind:
     and not at others.
     """
 
-    def __init__(self, refusal: str | None = None) -> None:
+    def __init__(self, steps: tuple[int, ...], refusal: str | None = None) -> None:
+        self.steps = steps
+        """The steps to track (``tracked_steps``)."""
         self.peaks: list[dict[str, Any]] | None = None
         self.error: str | None = refusal
         """Why nothing is tracked (the strategy's refusal, or a torch without the tracker), else None."""

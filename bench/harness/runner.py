@@ -193,7 +193,8 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     assert config.run.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
     batches = global_batches(run.dataset, config.run.batch_size, config.run.warmup + config.measure.steps)
     fault = fault_for(topo.rank)
-    memory = MemoryByKind(strategy.memory_refusal() or (COMPILED_REFUSAL if config.knobs.compile else None))
+    memory = MemoryByKind(tracked_steps(config.run.warmup),
+                          strategy.memory_refusal() or (COMPILED_REFUSAL if config.knobs.compile else None))
     profiled = min(PROFILED_STEPS, config.measure.steps)
     trace = profile_path(config.measure.profile, run_label(config.as_dict()),
                          topo.rank) if config.measure.profile else None
@@ -236,7 +237,7 @@ def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tens
         inputs, targets = strategy.shard_batch(inputs, targets, topo)
         synchronize(topo.devices)
         start = time.perf_counter()
-        if step in tracked_steps(config.run.warmup) and not memory.error:  # untimed: the tracker slows every op
+        if step in memory.steps and not memory.error:  # untimed: the tracker slows every op
             with memory.track(run.model, run.optimizer, run.spec.loss_fn):
                 loss = run.step(inputs, targets)
         else:
