@@ -90,3 +90,11 @@ def test_the_cpu_peak_starts_anew_at_each_reset() -> None:
     if not Path("/proc/self/clear_refs").exists():
         pytest.skip("only Linux can reset a process's peak resident set")
     assert high - low > 200 * 2**20  # the 256 MiB are no longer in the peak
+
+
+def test_the_tracked_steps_leave_an_untracked_warm_up_step_before_the_timed_ones() -> None:
+    from bench.harness.memory import tracked_steps
+
+    # The second step holds the optimizer's state throughout; tracked as the last warm-up step, it slowed the
+    # next two timed steps of fsdp ZeRO-3 (bench/harness/memory.py), so it is tracked only with a third one after.
+    assert [tracked_steps(warmup) for warmup in range(5)] == [(), (0,), (0,), (0, 1), (0, 1)]

@@ -67,9 +67,10 @@ def _expected_tp_parameter_bytes(model: str) -> float:
 @pytest.mark.distributed
 def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Path) -> None:
     strategies = [("ddp", {}), ("zero1", {}), ("fsdp", {"reshard_after_forward": False}), ("fsdp", {}), ("tp", {})]
-    # Two warm-up steps: the second is tracked too, the optimizer's state held through it as in every later step.
-    configs = [_config(tmp_path, strategy, "transformer", warmup=2, **kw) for strategy, kw in strategies]
-    cnn = [_config(tmp_path, strategy, "cnn", warmup=2) for strategy in ("ddp", "fsdp")]
+    # Three warm-up steps: the second is tracked too (the optimizer's state held through it, as in every later step)
+    # with an untracked one after it.
+    configs = [_config(tmp_path, strategy, "transformer", warmup=3, **kw) for strategy, kw in strategies]
+    cnn = [_config(tmp_path, strategy, "cnn", warmup=3) for strategy in ("ddp", "fsdp")]
     runs = run_ranks_sequence(configs + cnn, 2, tmp_path)
     memory = [results[0].ranks[0].memory_by_kind[0] for results in runs]
     ddp, zero1, zero2, zero3, tp, cnn_ddp, cnn_fsdp = memory

@@ -151,9 +151,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true", help="redo configurations that already have a row")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the skip reasons, run nothing")
     # Fewer steps than a single run: a sweep's cost is mostly process start-up, and 6 timed steps
-    # after 2 warm-up ones already give a stable median on every preset.
+    # after 3 warm-up ones already give a stable median on every preset. Three, not two: memory is
+    # tracked over the first two, and a tracked step needs an untracked one after it (bench/harness/memory.py).
     add_config_arguments(parser, RunConfig, skip=SWEPT_FIELDS,
-                         defaults={"out": "results/sweep.jsonl", "steps": 6, "warmup": 2})
+                         defaults={"out": "results/sweep.jsonl", "steps": 6, "warmup": 3})
 
 
 # Fields that the sweep sets per point rather than taking from the command line.
