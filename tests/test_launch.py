@@ -34,7 +34,7 @@ def test_the_agent_gets_torchruns_own_arguments_and_the_workers_environment(monk
     assert launch.launch_local(2, ["run", "--strategy", "ddp"], "cpu", max_restarts=1, resolved="{}") == 0
     (args, env), = seen
     assert (args.standalone, args.nproc_per_node, args.max_restarts) == (True, "2", 1)
-    assert (args.module, args.training_script) == (True, "bench")
+    assert (args.run_path, args.start_method, args.training_script) == (True, "forkserver", str(launch.WORKER))
     assert args.training_script_args == ["run", "--strategy", "ddp"]
     assert env[launch.RESOLVED_CONFIG_VARIABLE] == "{}"
     assert env[processes.LAUNCHER_VARIABLE] == str(os.getppid())  # the workers' torchrun is this process

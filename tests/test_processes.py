@@ -16,19 +16,36 @@ from tests.helpers.cli import ROOT
 STALL_FOREVER = {"BENCH_FAULT": "1:0:stall"}
 
 
-def _alive(marker: str) -> list[str]:
-    """Command lines of live processes that mention ``marker`` (zombies do not count)."""
-    found = []
+def _live() -> dict[int, tuple[int, str]]:
+    """Each live process (zombies do not count): its parent and its command line."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state, parent = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
             command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if marker in command and state != "Z":
-            found.append(command)
+        if state != "Z":
+            found[int(proc.name)] = (int(parent), command)
+    return found
+
+
+def _alive(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker``."""
+    return [command for _, command in _live().values() if marker in command]
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The live Python processes below ``pid``, by pid: their command lines."""
+    live = _live()
+    found: dict[int, str] = {}
+    grew = True
+    while grew:
+        below = {p: c for p, (parent, c) in live.items() if (parent == pid or parent in found) and "python" in c}
+        grew = len(below) > len(found)
+        found = below
     return found
 
 
@@ -61,16 +78,21 @@ def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_pa
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: Path) -> None:
-    out = tmp_path / f"{command}-left-behind.jsonl"  # every process of this run names it
+    out = tmp_path / f"{command}-left-behind.jsonl"
     what = ["--strategy", "ddp"] if command == "run" else ["--strategies", "ddp", "--models", "mlp",
                                                            "--calibration", "none"]
     bench = _start(["-m", "bench", command, *what, "--devices", "2", "--model" if command == "run" else "--preset",
                     "mlp" if command == "run" else "tiny", "--out", str(out)],
                    # what a killed bench cannot remove (its failure notes' folder) stays in the test's own folder
                    env={**STALL_FOREVER, "TMPDIR": str(tmp_path)})
-    # bench run (torchrun's agent inside it) and its two workers; or the sweep, torchrun and two workers.
+    # Below bench run (torchrun's agent inside it): the fork server and two workers; below a sweep, bench run too.
     processes = 3 if command == "run" else 4
-    _wait_for(lambda: len(_alive(str(out))) >= processes, 120, "the workers started")
+    _wait_for(lambda: len(_descendants(bench.pid)) >= processes, 120, "the workers started")
+    started = _descendants(bench.pid)
     bench.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel must do it
     bench.wait()
-    _wait_for(lambda: not _alive(str(out)), 20, f"no process of the run left ({_alive(str(out))})")
+
+    def left() -> dict[int, str]:
+        return {pid: line for pid, line in started.items() if pid in _live()}
+
+    _wait_for(lambda: not left(), 20, f"no process of the run left ({left()})")

@@ -19,13 +19,13 @@ import models
 from bench.experiments.grid import PlannedRun, SweepConfig, plan, run_key
 from bench.harness import launch
 from bench.harness.cli_args import add_config_arguments, comma_list, config_from_args, config_to_argv, fail
-from bench.harness.config import SCALINGS, RunConfig, default_device_counts, resolve, to_json, unread_groups_reset
+from bench.harness.config import SCALINGS, RunConfig, default_device_counts, resolve, unread_groups_reset
 from bench.harness.environment import environment
 from bench.harness.labels import file_name
 from bench.harness.launch import ChildOutcome, child_command
 from bench.harness.records import RecordError, append_record, failure_record, read_records
 from bench.predict.for_sweep import SweepPredictor, check_calibration_choice, sweep_predictor
-from strategies import STRATEGIES, ConfigError, Launch, strategy_class
+from strategies import STRATEGIES, ConfigError, strategy_class
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +100,9 @@ def _rows_for(out: Path, key: str) -> int:
 def run_child(
     config: RunConfig, timeout_s: float, log_path: Path | None = None, extra_env: dict[str, str] | None = None
 ) -> ChildOutcome:
-    """``bench run`` for one configuration in a fresh process (torchrun where it needs one)."""
-    per_device = STRATEGIES[config.strategy].launch is Launch.PER_DEVICE
-    # torchrun's workers take the configuration as the sweep resolved it; a `bench run` child
-    # (one process) validates its own command line, once.
-    command, env = child_command(["run", *config_to_argv(config)], per_device, config.run.devices,
-                                 config.run.accelerator,
-                                 config.measure.max_restarts, to_json(config))
+    """``bench run`` for one configuration in a fresh process (which launches torchrun's workers where it needs
+    them); it validates its own command line, once, and hands its workers the result."""
+    command, env = child_command(["run", *config_to_argv(config)])
     return launch.run_child(command, {**env, **(extra_env or {})}, timeout_s, log_path)
 
 

@@ -3,13 +3,16 @@
 ``python -m bench run --strategy ddp --devices 4`` re-runs its own command line under torchrun's
 agent, as
 
-    python -m torch.distributed.run --standalone --nproc-per-node 4 -m bench run ...
+    python -m torch.distributed.run --standalone --nproc-per-node 4 --start-method forkserver \
+        --run-path /.../bench/worker.py run ...
 
 would, and every worker process finds itself under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) and
 trains. ``bench run`` runs that agent in its own process (torch.distributed.run's ``run``, the function
 torchrun's command line calls), sparing an interpreter that would import torch only to start the
-workers. A sweep starts torchrun itself (``child_command``). A user who launches torchrun directly, on
-one node or many, reaches the same workers.
+workers; the workers are forked from a server that imported torch and the suite once
+(``forked_workers``), sparing each of them those imports. A sweep starts ``bench run`` (``child_command``).
+A user who launches torchrun directly (``torchrun ... -m bench run``), on one node or many, reaches the
+same code in workers that import it themselves.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.harness import processes
 from bench.harness.failures import FAILURE_DIR_VARIABLE, read_failures
+from bench.harness.ranks import PRELOADED, rank_context
 from strategies.cost_model import threads_per_process
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
 
@@ -48,16 +52,28 @@ def under_torchrun() -> bool:
     return all(v in os.environ for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
+WORKER = Path(__file__).resolve().parents[1] / "worker.py"
+"""What each worker of ``bench run``'s own launch runs (torchrun's ``--run-path`` takes a file, not a module)."""
+
+
 def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -> list[str]:
-    """The standalone (single-node) torchrun command that re-runs ``bench_args`` on ``nproc`` workers.
+    """The standalone (single-node) torchrun command that re-runs ``bench_args`` on ``nproc`` workers,
+    each forked from the server ``forked_workers`` prepares.
 
     ``--max-restarts 0`` by default: a benchmark that silently restarts would time the restart.
     """
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
-        "-m", "bench", *bench_args,
+        "--start-method=forkserver", "--run-path", str(WORKER), *bench_args,
     ]
+
+
+def forked_workers() -> None:
+    """Has this process's fork server (started by the agent's first worker, with the environment of that
+    moment) import torch, the suite and ``WORKER``'s own imports before it forks any worker. It holds no
+    thread pool, device or process group for them to inherit (bench/harness/ranks.py)."""
+    rank_context().set_forkserver_preload([*PRELOADED, "bench.worker"])
 
 
 def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: str | None = None) -> dict[str, str]:
@@ -99,6 +115,7 @@ def launch_local(
     with _launch_files(torchrun_env(nproc, accelerator, max_restarts, resolved)) as (env, notes):
         # torchrun's agent hands its workers this process's environment
         os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid())})  # their die_with_torchrun
+        forked_workers()
         try:
             run(parse_args(command[3:]))  # past "python -m torch.distributed.run"
             returncode = 0
@@ -119,8 +136,10 @@ def _launch_files(env: dict[str, str]) -> Iterator[tuple[dict[str, str], Path]]:
     """``env`` for one launch, pointing at a folder of its own for the ranks' failure notes and torchrun's
     logs; the folder, and the rendezvous files of every attempt when the launcher chose their name
     (``torchrun_env``), are gone when the launch ends: a sweep of hundreds of runs leaves nothing behind
-    in the temporary folder, and no later run meets an earlier one's rendezvous keys."""
-    with tempfile.TemporaryDirectory(prefix="bench-launch-") as folder:
+    in the temporary folder, and no later run meets an earlier one's rendezvous keys. A launch inside
+    another's (the ``bench run`` a sweep starts) writes its ranks' notes where the outer one reads them."""
+    inherited = env.get(FAILURE_DIR_VARIABLE)
+    with nullcontext(inherited) if inherited else tempfile.TemporaryDirectory(prefix="bench-launch-") as folder:
         env = {**env, FAILURE_DIR_VARIABLE: folder}
         if TORCHRUN_LOG_DIR_VARIABLE not in os.environ:  # the user's own log folder stays theirs
             env[TORCHRUN_LOG_DIR_VARIABLE] = os.path.join(folder, "torchrun")
@@ -133,15 +152,10 @@ def _launch_files(env: dict[str, str]) -> Iterator[tuple[dict[str, str], Path]]:
                     os.remove(attempt)
 
 
-def child_command(
-    bench_args: list[str], per_device: bool, nproc: int, accelerator: str, max_restarts: int = 0,
-    resolved: str | None = None,
-) -> tuple[list[str], dict]:
-    """The command (and environment) that runs ``bench_args`` in a fresh process: torchrun directly for
-    per-device strategies, sparing the sweep a ``bench`` process whose only job would be to start it."""
-    if per_device:
-        env = torchrun_env(nproc, accelerator, max_restarts, resolved)
-        return torchrun_command(nproc, bench_args, max_restarts), env
+def child_command(bench_args: list[str]) -> tuple[list[str], dict]:
+    """The command (and environment) that runs ``bench_args`` in a fresh process: ``bench run``, which
+    launches its per-device workers itself (``launch_local``) from one import of torch and the suite; torchrun
+    started directly would have each worker import them."""
     return [sys.executable, "-m", "bench", *bench_args], dict(os.environ)
 
 

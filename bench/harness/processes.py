@@ -1,12 +1,14 @@
 """Processes the suite starts, and how they end: none outlives the process that started it.
 
-Three layers start processes here: ``bench run`` starts torchrun, torchrun starts one worker per
-device, and a sweep (or a test) starts ``bench run`` or torchrun. torchrun puts each worker in a
-session of its own, so killing a process group does not reach them; and SIGKILL, a crash or an
-expired ``subprocess`` timeout give a parent no chance to clean up. So every process we start,
-and every worker we run in, asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
+Three layers start processes here: ``bench run`` runs torchrun's agent, which starts one worker per
+device (forked from a fork server, bench/worker.py; a torchrun the user starts spawns them), and a
+sweep (or a test) starts ``bench run``. torchrun puts each worker it spawns in a session of its own,
+so killing a process group does not reach them; and SIGKILL, a crash or an expired ``subprocess``
+timeout give a parent no chance to clean up. So every process we start, and every worker we run in,
+asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
 
-    pytest / sweep --(die_with_parent)--> torchrun --(workers call it themselves)--> worker 0, 1, ...
+    pytest / sweep --(die_with_parent)--> bench run --(it imports bench/worker.py)--> fork server
+        --(workers call it themselves)--> worker 0, 1, ...
 
 A parent that dies, however, takes the whole chain with it. Elsewhere than Linux this is a no-op.
 """

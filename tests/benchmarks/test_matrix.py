@@ -90,7 +90,7 @@ def test_torchrun_launch(benchmark, case: Case, bench_options: dict, single_thro
                     "tests/test_benchmark_flag.py times a launch")
     out = tmp_path / "r.jsonl"
     config = _resolved(case, bench_options["steps"], bench_options["warmup"], out)
-    command, env = child_command(["run", *config_to_argv(config)], True, config.run.devices, config.run.accelerator)
+    command, env = child_command(["run", *config_to_argv(config)])
 
     def launch() -> None:
         subprocess.run(command, env=env, check=True, capture_output=True, timeout=config.measure.timeout_s + 120)
