@@ -3,28 +3,27 @@ forked from a server that imported torch and the suite once (bench/harness/launc
 
 A worker started afresh imports torch, the suite and torch._dynamo (which an optimizer's construction
 imports) before its first step; forked, none. ``bench run --strategy ddp --devices 4 --preset tiny`` on a
-2-core VM: 10.0 CPU-s and 5.8-6.0 s with workers started afresh, 5.0-5.3 CPU-s and 4.0-4.2 s forked. The file ends as ``python -m bench`` would end in that worker: its exit
-code, the traceback of what it did not catch on its own stderr (torch's multiprocessing would only hand
-it to the agent), and Ctrl-C as the interrupted process it is.
+2-core VM: 10.0 CPU-s and 5.8-6.0 s with workers started afresh, 5.0-5.3 CPU-s and 4.0-4.2 s forked.
+
+The file ends as ``python -m bench`` would end in that worker: its exit code, the traceback of what it did not
+catch on its own stderr (torch's multiprocessing would only hand it to the agent), and Ctrl-C as the interrupted
+process it is.
 """
 
 import io
+import os
 import signal
 import sys
 import traceback
 
 from bench.cli import main
 from bench.harness.disturbance import open_window
-from bench.harness.processes import die_with_parent
-
-# The fork server imports this file before its first fork (bench/harness/launch.py, forked_workers): dying with
-# its parent, the launcher, it takes the workers with it. Left alone it would outlive a killed launcher, since
-# every worker holds the pipe whose end would tell it the launcher is gone.
-die_with_parent()
+from bench.harness.processes import SERVER_VARIABLE, die_with, die_with_parent
 
 
 def work(argv: list[str]) -> int:
-    die_with_parent()  # the fork server, which leaves when the launcher does
+    # The fork server, which dies with the launcher (bench/harness/fork_server.py).
+    die_with(int(os.environ[SERVER_VARIABLE])) if SERVER_VARIABLE in os.environ else die_with_parent()
     open_window()  # the account of other processes' CPU time starts here (bench/harness/disturbance.py)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):

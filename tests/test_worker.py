@@ -16,10 +16,10 @@ from bench.harness import launch
 @pytest.fixture
 def worker(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """bench/worker.py as the fork server imports it, asking nothing of Linux for this test's process."""
-    monkeypatch.setattr("bench.harness.processes.die_with_parent", lambda: None)
     import bench.worker
 
     monkeypatch.setattr(bench.worker, "die_with_parent", lambda: None)
+    monkeypatch.setattr(bench.worker, "die_with", lambda pid: None)
     return bench.worker
 
 
@@ -61,6 +61,8 @@ def test_run_as_torchruns_run_path_runs_it_the_worker_exits_with_the_code(
     worker, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
     """torchrun's ``--run-path`` runs the file with runpy as ``__main__``: a non-zero code leaves as SystemExit."""
+    monkeypatch.setattr("bench.harness.processes.die_with_parent", lambda: None)
+    monkeypatch.setattr("bench.harness.processes.die_with", lambda pid: None)
     monkeypatch.setattr("bench.cli.main", lambda argv: 3)
     monkeypatch.setattr("sys.argv", [str(launch.WORKER), "run"])
     with pytest.raises(SystemExit) as exited:

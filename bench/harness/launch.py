@@ -73,7 +73,7 @@ def forked_workers() -> None:
     """Has this process's fork server (started by the agent's first worker, with the environment of that
     moment) import torch, the suite and ``WORKER``'s own imports before it forks any worker. It holds no
     thread pool, device or process group for them to inherit (bench/harness/ranks.py)."""
-    rank_context().set_forkserver_preload([*PRELOADED, "bench.worker"])
+    rank_context().set_forkserver_preload(["bench.harness.fork_server", *PRELOADED, "bench.worker"])
 
 
 def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: str | None = None) -> dict[str, str]:
@@ -114,7 +114,8 @@ def launch_local(
     ours = dict(os.environ)
     with _launch_files(torchrun_env(nproc, accelerator, max_restarts, resolved)) as (env, notes):
         # torchrun's agent hands its workers this process's environment
-        os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid())})  # their die_with_torchrun
+        os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid()),  # their die_with_torchrun
+                           processes.AGENT_VARIABLE: str(os.getpid())})  # the fork server's parent
         forked_workers()
         try:
             run(parse_args(command[3:]))  # past "python -m torch.distributed.run"

@@ -31,9 +31,14 @@ def die_with_parent() -> None:
     first thing in a process someone else started (torchrun's workers, spawned ranks). A parent
     that died before the call has already handed us to init: then we leave at once.
     """
+    die_with(os.getppid())
+
+
+def die_with(parent: int) -> None:
+    """``die_with_parent`` for a process that knows which parent it should have: if ``parent`` died before
+    the call (it is no longer our parent), we leave at once."""
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         return  # not allowed here (a seccomp sandbox, say): the timeouts still apply
@@ -41,6 +46,10 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+AGENT_VARIABLE = "BENCH_AGENT_PID"
+"""The pid of ``bench run``'s process, torchrun's agent inside it: the parent its fork server must have."""
+SERVER_VARIABLE = "BENCH_FORK_SERVER_PID"
+"""The fork server's pid, which the workers it forks inherit: the parent they must have."""
 LAUNCHER_VARIABLE = "BENCH_LAUNCHER_PID"
 """The pid of the process that started torchrun, so that a worker can tell torchrun died before it
 could ask to die with it (it would have been handed to init, or to a subreaper, by then)."""
