@@ -72,7 +72,7 @@ def test_a_crashing_rank_becomes_a_failed_row_and_the_sweep_goes_on(failing_swee
     assert ok["status"] == "ok" and ok["processes"] == 2
 
 
-@pytest.mark.alone
+# Not `alone`: its deadlines are minutes, and its sweep re-runs nothing (it passed beside a busy loop on each core).
 @pytest.mark.launches
 def test_ctrl_c_stops_every_child_keeps_rows_and_the_next_run_resumes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
