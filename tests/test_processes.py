@@ -12,41 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import ROOT
+from tests.helpers.tree import descendants, live
 
 STALL_FOREVER = {"BENCH_FAULT": "1:0:stall"}
 
 
-def _live() -> dict[int, tuple[int, str]]:
-    """Each live process (zombies do not count): its parent and its command line."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            state, parent = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if state != "Z":
-            found[int(proc.name)] = (int(parent), command)
-    return found
-
-
 def _alive(marker: str) -> list[str]:
     """Command lines of live processes that mention ``marker``."""
-    return [command for _, command in _live().values() if marker in command]
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """The live Python processes below ``pid``, by pid: their command lines."""
-    live = _live()
-    found: dict[int, str] = {}
-    grew = True
-    while grew:
-        below = {p: c for p, (parent, c) in live.items() if (parent == pid or parent in found) and "python" in c}
-        grew = len(below) > len(found)
-        found = below
-    return found
+    return [command for _, command in live().values() if marker in command]
 
 
 def _wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
@@ -87,12 +60,23 @@ def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: 
                    env={**STALL_FOREVER, "TMPDIR": str(tmp_path)})
     # Below bench run (torchrun's agent inside it): the fork server and two workers; below a sweep, bench run too.
     processes = 3 if command == "run" else 4
-    _wait_for(lambda: len(_descendants(bench.pid)) >= processes, 120, "the workers started")
-    started = _descendants(bench.pid)
+    _wait_for(lambda: len(descendants(bench.pid)) >= processes, 120, "the workers started")
+    started = descendants(bench.pid)
     bench.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel must do it
     bench.wait()
 
     def left() -> dict[int, str]:
-        return {pid: line for pid, line in started.items() if pid in _live()}
+        return {pid: line for pid, line in started.items() if pid in live()}
 
     _wait_for(lambda: not left(), 20, f"no process of the run left ({left()})")
+
+
+def test_stop_reaches_a_child_that_has_no_process_group_of_its_own_yet() -> None:
+    """A child forked from the fork server makes its session a moment after it starts: stopped before, the
+    signal goes to it alone (without that it would run its whole course, here 30 s, and end 0)."""
+    from bench.harness import processes
+
+    child = subprocess.Popen(["sleep", "30"])  # in our own process group, as a forked child is at first
+    start = time.monotonic()
+    processes.stop(child, grace_s=5)
+    assert child.returncode == -signal.SIGTERM and time.monotonic() - start < 5

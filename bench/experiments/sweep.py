@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from bench.harness.cli_args import add_config_arguments, comma_list, config_from
 from bench.harness.config import SCALINGS, RunConfig, default_device_counts, resolve, unread_groups_reset
 from bench.harness.environment import environment
 from bench.harness.labels import file_name
-from bench.harness.launch import ChildOutcome, child_command
+from bench.harness.launch import ChildOutcome
 from bench.harness.records import RecordError, append_record, failure_record, read_records
 from bench.predict.for_sweep import SweepPredictor, check_calibration_choice, sweep_predictor
 from strategies import STRATEGIES, ConfigError, strategy_class
@@ -102,8 +103,8 @@ def run_child(
 ) -> ChildOutcome:
     """``bench run`` for one configuration in a fresh process (which launches torchrun's workers where it needs
     them); it validates its own command line, once, and hands its workers the result."""
-    command, env = child_command(["run", *config_to_argv(config)])
-    return launch.run_child(command, {**env, **(extra_env or {})}, timeout_s, log_path)
+    return launch.run_child(["run", *config_to_argv(config)], {**os.environ, **(extra_env or {})}, timeout_s,
+                            log_path)
 
 
 def child_log(out: Path, label: str) -> Path:

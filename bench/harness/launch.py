@@ -10,14 +10,17 @@ would, and every worker process finds itself under torchrun (RANK, WORLD_SIZE, L
 trains. ``bench run`` runs that agent in its own process (torch.distributed.run's ``run``, the function
 torchrun's command line calls), sparing an interpreter that would import torch only to start the
 workers; the workers are forked from a server that imported torch and the suite once
-(``forked_workers``), sparing each of them those imports. A sweep starts ``bench run`` (``child_command``).
+(``forked_workers``), sparing each of them those imports. A sweep (and verify) forks each ``bench run``
+from its own fork server (``run_child``), sparing it the same imports.
 A user who launches torchrun directly (``torchrun ... -m bench run``), on one node or many, reaches the
 same code in workers that import it themselves.
 """
 
 from __future__ import annotations
 
+import atexit
 import glob
+import importlib
 import logging
 import os
 import subprocess
@@ -29,8 +32,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.harness import processes
+from bench.harness.disturbance import open_window
 from bench.harness.failures import FAILURE_DIR_VARIABLE, read_failures
 from bench.harness.ranks import PRELOADED, rank_context
 from strategies.cost_model import threads_per_process
@@ -73,7 +78,7 @@ def forked_workers() -> None:
     """Has this process's fork server (started by the agent's first worker, with the environment of that
     moment) import torch, the suite and ``WORKER``'s own imports before it forks any worker. It holds no
     thread pool, device or process group for them to inherit (bench/harness/ranks.py)."""
-    rank_context().set_forkserver_preload(["bench.harness.fork_server", *PRELOADED, "bench.worker"])
+    rank_context().set_forkserver_preload([*PRELOADED, "bench.worker"])
 
 
 def torchrun_env(nproc: int, accelerator: str, max_restarts: int = 0, resolved: str | None = None) -> dict[str, str]:
@@ -171,14 +176,22 @@ class ChildOutcome:
     seconds: float
 
 
-def run_child(command: list[str], env: dict[str, str], timeout_s: float, log_path: Path | None = None) -> ChildOutcome:
-    """Runs a ``bench run`` child (or torchrun over it) to its end or ``timeout_s``, whichever comes first.
+def run_child(
+    bench_args: list[str], env: dict[str, str], timeout_s: float, log_path: Path | None = None,
+) -> ChildOutcome:
+    """Runs ``python -m bench *bench_args`` (a ``bench run``) in a child of its own, with ``env`` as its whole
+    environment, to its end or ``timeout_s``, whichever comes first.
 
-    Its whole output goes to ``log_path`` (else nowhere); the outcome carries one line from the
-    ranks' own notes (bench/harness/failures.py). Nothing it started outlives this call or its caller."""
-    with _launch_files(env) as (env, notes), _output(log_path) as output:
+    The child is forked from this process's fork server (``rank_context``), which imported torch and the suite
+    once: a sweep's run no longer spends 1.7 s of a core importing them before it starts. It is its own process
+    in a session of its own, as a ``python -m bench`` child would be. Its whole output goes to ``log_path``
+    (else nowhere); the outcome carries one line from the ranks' own notes (bench/harness/failures.py).
+    Nothing it started outlives this call or its caller."""
+    with _launch_files(env) as (env, notes):
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
-        child = processes.start(command, env, stdout=output, stderr=output)
+        child = ForkedChild.start(bench_args, env, str(log_path) if log_path is not None else os.devnull)
         try:
             child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -200,15 +213,53 @@ def run_child(command: list[str], env: dict[str, str], timeout_s: float, log_pat
         return ChildOutcome(ended.status, reason[:1000], seconds)
 
 
+class ForkedChild:
+    """A ``python -m bench`` child forked from the fork server, with the part of ``subprocess.Popen`` that
+    ``run_child`` and ``processes.stop`` use (``pid``, ``wait``, ``returncode``)."""
+
+    def __init__(self, process: Any) -> None:  # a ForkServerProcess (typeshed gives BaseContext no Process)
+        self._process = process
+        self.pid: int = process.pid
+
+    @classmethod
+    def start(cls, bench_args: list[str], env: dict[str, str], output: str) -> ForkedChild:
+        process = rank_context().Process(target=_bench_child, args=(bench_args, env, output))  # type: ignore[attr-defined]
+        process.start()
+        return cls(process)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired("python -m bench", timeout or 0)
+        return self._process.exitcode
+
+
+def _bench_child(bench_args: list[str], env: dict[str, str], output: str) -> None:
+    """In the forked child: what ``python -m bench`` started with ``env`` and its output on ``output`` would do."""
+    os.setsid()  # a session of its own: a terminal's Ctrl-C reaches the sweep only, and stop() its whole group
+    processes.die_with(int(os.environ[processes.SERVER_VARIABLE]))  # which dies with the sweep (fork_server.py)
+    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for stream in (1, 2):
+        os.dup2(descriptor, stream)
+    os.close(descriptor)
+    os.environ.clear()
+    os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid())})
+    sys.argv = [sys.argv[0], *bench_args]
+    open_window()  # the account of other processes' CPU time starts here (bench/harness/disturbance.py)
+    # The entry point sits above the harness; it is named, not imported, as the fork server preloads it.
+    code = importlib.import_module("bench.cli").main(bench_args)
+    atexit._run_exitfuncs()  # as bench/__main__.py ends; multiprocessing's own exit skips them
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(code or 0)
+
+
 def _last_line(log_path: Path | None) -> str:
     if log_path is None or not log_path.exists():
         return ""
     lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-def _output(log_path: Path | None):  # noqa: ANN202
-    if log_path is None:
-        return open(os.devnull, "w")  # noqa: SIM115
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    return open(log_path, "w")  # noqa: SIM115

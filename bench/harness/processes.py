@@ -2,13 +2,14 @@
 
 Three layers start processes here: ``bench run`` runs torchrun's agent, which starts one worker per
 device (forked from a fork server, bench/worker.py; a torchrun the user starts spawns them), and a
-sweep (or a test) starts ``bench run``. torchrun puts each worker it spawns in a session of its own,
-so killing a process group does not reach them; and SIGKILL, a crash or an expired ``subprocess``
-timeout give a parent no chance to clean up. So every process we start, and every worker we run in,
-asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
+sweep forks ``bench run`` from its own fork server (a test starts it). torchrun puts each worker it
+spawns in a session of its own, so killing a process group does not reach them; and SIGKILL, a crash
+or an expired ``subprocess`` timeout give a parent no chance to clean up. So every process we start,
+and every worker we run in, asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
 
-    pytest / sweep --(die_with_parent)--> bench run --(it imports bench/worker.py)--> fork server
+    pytest --(die_with_parent)--> bench run --(bench/harness/fork_server.py)--> fork server
         --(workers call it themselves)--> worker 0, 1, ...
+    sweep --(fork_server.py)--> fork server --(die_with)--> bench run --> ... as above
 
 A parent that dies, however, takes the whole chain with it. Elsewhere than Linux this is a no-op.
 """
@@ -20,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -82,15 +84,27 @@ def start(command: list[str], env: dict[str, str] | None = None, **popen: object
     return subprocess.Popen(command, env=env, preexec_fn=die_with_parent, start_new_session=True, **popen)  # type: ignore[call-overload]
 
 
-def stop(child: subprocess.Popen, grace_s: float = 10) -> None:
+class Child(Protocol):
+    """What ``stop`` needs of a child: ``subprocess.Popen``, or a child forked from the fork server."""
+
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def stop(child: Child, grace_s: float = 10) -> None:
     """SIGTERM to the child's process group, SIGKILL after ``grace_s``; returns once it is gone.
 
-    torchrun forwards SIGTERM to its workers; the ones it could not reach die with it (above)."""
+    torchrun forwards SIGTERM to its workers; the ones it could not reach die with it (above). A forked
+    child makes its group a moment after it starts: until then the signal goes to it alone."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(child.pid, sig)
         except ProcessLookupError:
-            break
+            try:
+                os.kill(child.pid, sig)
+            except ProcessLookupError:
+                break
         try:
             child.wait(timeout=grace_s)
             return

@@ -29,11 +29,12 @@ def become_rank(rank: int, world_size: int, folder: str) -> None:
     os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
 
 
-PRELOADED = ["torch", "torch._dynamo", "bench.harness.runner", "strategies", "models"]
-"""What the fork server imports once: torch, the suite, and torch._dynamo, which the optimizers' first
-step imports. A rank started afresh spends 4-5 s of a 2-core machine on those before its first step;
-one forked from the server, none. The server only imports: it holds no thread pool, device or process
-group for its children to inherit, which is what makes forking it safe (CUDA included)."""
+PRELOADED = ["bench.harness.fork_server", "torch", "torch._dynamo", "bench.harness.runner", "strategies", "models"]
+"""What the fork server imports once: what ties its life to its starter's (first), torch, the suite, and
+torch._dynamo, which the optimizers' first step imports. A rank started afresh spends 4-5 s of a 2-core
+machine on those before its first step; one forked from the server, none. The server only imports: it
+holds no thread pool, device or process group for its children to inherit, which is what makes forking
+it safe (CUDA included)."""
 
 
 def rank_context() -> BaseContext:
