@@ -36,6 +36,7 @@ from strategies.cost_model import (
     CostSource,
     Scenario,
     StepPrediction,
+    by_kind,
     own_overhead,
     partly_hidden,
     threads_per_process,
@@ -145,11 +146,10 @@ class ShardedCost(CostModel):
         saved = [b.saved_bytes_per_sample * scenario.global_batch / n for b in blocks]
         moments = held_at([b.parameters for b in blocks], saved, n, scenario.reshard_after_forward, gathered_bytes)
         peak = max(moments, key=lambda held: sum(held.values()))
-        kinds = {"parameters": FP32 * parameters / n, "gradients": FP32 * parameters / n,
-                 "optimizer_state": FP32 * states * parameters / n, "activations": sum(saved),
-                 "gathered_parameters": peak["gathered_parameters"], "temporaries": peak["temporaries"]}
-        total = kinds["parameters"] + kinds["optimizer_state"] + sum(peak.values())
-        return {**{k: int(v) for k, v in kinds.items()}, "total": int(total)}
+        kinds = by_kind(parameters / n, parameters / n, states * parameters / n, sum(saved),
+                        gathered_parameters=peak["gathered_parameters"], temporaries=peak["temporaries"])
+        # The total is the peak moment's, not by_kind's larger of the forward's end and the optimizer step.
+        return {**kinds, "total": int(kinds["parameters"] + kinds["optimizer_state"] + sum(peak.values()))}
 
 
 def held_at(sizes: Sequence[int], saved: Sequence[float], n: int, zero3: bool, gathered_bytes: int = FP32
