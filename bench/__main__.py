@@ -5,11 +5,11 @@ import os
 import sys
 
 from bench.harness.disturbance import open_window
-from bench.harness.processes import die_with_torchrun
+from bench.harness.processes import die_with_parent
 
 if "LOCAL_RANK" in os.environ:
-    # A torchrun worker: tie its life to torchrun's before the seconds it takes to import torch.
-    die_with_torchrun()
+    # A worker of a torchrun the user started: tie its life to torchrun's before the seconds it takes to import torch.
+    die_with_parent()
 open_window()  # the account of other processes' CPU time starts here (bench/harness/disturbance.py)
 
 from bench.cli import main  # noqa: E402

@@ -1,5 +1,6 @@
 """A worker of ``bench run``'s own launch: torchrun's agent runs this file (its ``--run-path``) in a process
-forked from a server that imported torch and the suite once (bench/harness/launch.py).
+forked from a server that imported torch and the suite once (bench/harness/launch.py). A sweep's ``bench run``,
+forked the same way (launch.py, ``run_child``), ends through ``work`` too.
 
 A worker started afresh imports torch, the suite and torch._dynamo (which an optimizer's construction
 imports) before its first step; forked, none. ``bench run --strategy ddp --devices 4 --preset tiny`` on a

@@ -23,7 +23,7 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
     monkeypatch.setattr(calibrate, "slowdown", lambda *args, **kwargs: measure_slowdown(*args, **{**kwargs,
                                                                                                  "seconds": 0.5}))
     calibration = tmp_path / "cal.json"
-    # calibrate and predict here (their processes start from the fork server); the sweep's children afresh.
+    # calibrate and predict here (their processes start from the fork server), the sweep in a process of its own.
     assert main(["calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
                  "--collective-max-mib", "1", "--repeats", "2", "--groups", "1", "--out", str(calibration)]) == 0
     predictions = tmp_path / "predictions.jsonl"

@@ -37,7 +37,7 @@ def test_the_agent_gets_torchruns_own_arguments_and_the_workers_environment(monk
     assert (args.run_path, args.start_method, args.training_script) == (True, "forkserver", str(launch.WORKER))
     assert args.training_script_args == ["run", "--strategy", "ddp"]
     assert env[launch.RESOLVED_CONFIG_VARIABLE] == "{}"
-    assert env[processes.LAUNCHER_VARIABLE] == str(os.getppid())  # the workers' torchrun is this process
+    assert env[processes.AGENT_VARIABLE] == str(os.getpid())  # the parent the workers' fork server must have
     assert Path(env[FAILURE_DIR_VARIABLE]).name.startswith("bench-launch-")
     assert args.log_dir == os.path.join(env[FAILURE_DIR_VARIABLE], "torchrun")  # not a torchelastic_* in /tmp
     assert FAILURE_DIR_VARIABLE not in os.environ  # this process's own environment is back as it was

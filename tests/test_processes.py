@@ -17,11 +17,6 @@ from tests.helpers.tree import descendants, live
 STALL_FOREVER = {"BENCH_FAULT": "1:0:stall"}
 
 
-def _alive(marker: str) -> list[str]:
-    """Command lines of live processes that mention ``marker``."""
-    return [command for _, command in live().values() if marker in command]
-
-
 def _wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -32,19 +27,6 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
 def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-@pytest.mark.launches
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_child_started_through_processes_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
-    marker = f"sleeper-{tmp_path.name}"
-    parent = _start(["-c", "import sys, time; from bench.harness import processes; "
-                           f"processes.start([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}']); "
-                           "time.sleep(600)"])
-    _wait_for(lambda: len(_alive(marker)) == 1, 30, "the child started")
-    parent.kill()
-    parent.wait()
-    _wait_for(lambda: not _alive(marker), 10, "the child died with its parent")
 
 
 @pytest.mark.distributed

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import processes
-from bench.harness.disturbance import open_window
 from bench.harness.failures import FAILURE_DIR_VARIABLE, read_failures
 from bench.harness.ranks import PRELOADED, rank_context
 from strategies.cost_model import threads_per_process
@@ -119,8 +118,7 @@ def launch_local(
     ours = dict(os.environ)
     with _launch_files(torchrun_env(nproc, accelerator, max_restarts, resolved)) as (env, notes):
         # torchrun's agent hands its workers this process's environment
-        os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid()),  # their die_with_torchrun
-                           processes.AGENT_VARIABLE: str(os.getpid())})  # the fork server's parent
+        os.environ.update({**env, processes.AGENT_VARIABLE: str(os.getpid())})  # the fork server's parent
         forked_workers()
         try:
             run(parse_args(command[3:]))  # past "python -m torch.distributed.run"
@@ -247,15 +245,12 @@ def _bench_child(bench_args: list[str], env: dict[str, str], output: str) -> Non
         os.dup2(descriptor, stream)
     os.close(descriptor)
     os.environ.clear()
-    os.environ.update({**env, processes.LAUNCHER_VARIABLE: str(os.getppid())})
+    os.environ.update(env)
     sys.argv = [sys.argv[0], *bench_args]
-    open_window()  # the account of other processes' CPU time starts here (bench/harness/disturbance.py)
-    # The entry point sits above the harness; it is named, not imported, as the fork server preloads it.
-    code = importlib.import_module("bench.cli").main(bench_args)
+    # The entry point sits above the harness: it is named, not imported.
+    code = importlib.import_module("bench.worker").work(bench_args)
     atexit._run_exitfuncs()  # as bench/__main__.py ends; multiprocessing's own exit skips them
-    sys.stdout.flush()
-    sys.stderr.flush()
-    raise SystemExit(code or 0)
+    raise SystemExit(code)
 
 
 def _last_line(log_path: Path | None) -> str:

@@ -2,13 +2,12 @@
 
 Three layers start processes here: ``bench run`` runs torchrun's agent, which starts one worker per
 device (forked from a fork server, bench/worker.py; a torchrun the user starts spawns them), and a
-sweep forks ``bench run`` from its own fork server (a test starts it). torchrun puts each worker it
-spawns in a session of its own, so killing a process group does not reach them; and SIGKILL, a crash
-or an expired ``subprocess`` timeout give a parent no chance to clean up. So every process we start,
-and every worker we run in, asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
+sweep forks ``bench run`` from its own fork server. torchrun puts each worker it spawns in a session
+of its own, so killing a process group does not reach them; and SIGKILL, a crash or an expired
+timeout give a parent no chance to clean up. So every process we start, and every worker we run in,
+asks Linux to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``):
 
-    pytest --(die_with_parent)--> bench run --(bench/harness/fork_server.py)--> fork server
-        --(workers call it themselves)--> worker 0, 1, ...
+    bench run --(bench/harness/fork_server.py)--> fork server --(workers call it themselves)--> worker 0, 1, ...
     sweep --(fork_server.py)--> fork server --(die_with)--> bench run --> ... as above
 
 A parent that dies, however, takes the whole chain with it. Elsewhere than Linux this is a no-op.
@@ -52,40 +51,9 @@ AGENT_VARIABLE = "BENCH_AGENT_PID"
 """The pid of ``bench run``'s process, torchrun's agent inside it: the parent its fork server must have."""
 SERVER_VARIABLE = "BENCH_FORK_SERVER_PID"
 """The fork server's pid, which the workers it forks inherit: the parent they must have."""
-LAUNCHER_VARIABLE = "BENCH_LAUNCHER_PID"
-"""The pid of the process that started torchrun, so that a worker can tell torchrun died before it
-could ask to die with it (it would have been handed to init, or to a subreaper, by then)."""
-
-
-def die_with_torchrun() -> None:
-    """``die_with_parent`` for a torchrun worker, which torchrun started, not us.
-
-    The worker asks as soon as it starts (``python -m bench``, before torch is imported); if
-    torchrun is already gone by then, its parent is no longer torchrun, whose parent is the
-    launcher named in ``BENCH_LAUNCHER_PID``, and it leaves at once."""
-    die_with_parent()
-    launcher = os.environ.get(LAUNCHER_VARIABLE)
-    if launcher and _parent_of(os.getppid()) != int(launcher):
-        os._exit(1)
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def start(command: list[str], env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen:
-    """``subprocess.Popen`` of a child that dies with us, in a process group of its own (so that
-    ``stop`` can reach whatever it starts in that group)."""
-    env = {**(os.environ if env is None else env), LAUNCHER_VARIABLE: str(os.getpid())}
-    return subprocess.Popen(command, env=env, preexec_fn=die_with_parent, start_new_session=True, **popen)  # type: ignore[call-overload]
-
-
 class Child(Protocol):
-    """What ``stop`` needs of a child: ``subprocess.Popen``, or a child forked from the fork server."""
+    """What ``stop`` needs of a child: a child forked from the fork server (bench/harness/launch.py), or a
+    ``subprocess.Popen``."""
 
     pid: int
 
@@ -111,15 +79,3 @@ def stop(child: Child, grace_s: float = 10) -> None:
         except subprocess.TimeoutExpired:
             continue
     child.wait()
-
-
-def run(command: list[str], env: dict[str, str] | None = None) -> int:
-    """Runs ``command`` in the foreground (output straight to ours) and returns its exit code.
-
-    The child has a session of its own, so a terminal's Ctrl-C reaches only us: we stop it then."""
-    child = start(command, env)
-    try:
-        return child.wait()
-    except BaseException:
-        stop(child)
-        raise
