@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from bench.harness.allocator import KEPT
 from bench.harness.records import RECORD_VERSION, read_records
 from tests.helpers.cli import run_bench
 
@@ -23,7 +24,7 @@ RECORD_FIELDS = {
 }
 ENV_FIELDS = {
     "torch", "cuda", "cudnn", "nccl", "gpu_names", "gpu_count", "cpu_model", "cpu_cores", "threads",
-    "hostname", "python", "git_commit", "git_dirty", "topology", "device_memory_bytes",
+    "hostname", "python", "git_commit", "git_dirty", "topology", "device_memory_bytes", "allocator",
 }
 
 
@@ -43,6 +44,7 @@ def test_bench_run_appends_one_valid_record(model: str, results: Path, capsys: p
     record = records[0]
     assert set(record) == RECORD_FIELDS
     assert set(record["env"]) == ENV_FIELDS
+    assert record["env"]["allocator"] == KEPT  # set where python -m bench starts, or inherited from the fork server
     assert record["record_version"] == RECORD_VERSION and record["status"] == "ok"
     assert len(record["step_times_ms"]) == 3 and len(record["losses"]) == 4  # warm-up loss kept, not timed
     assert min(record["step_times_ms"]) <= record["step_time_ms_median"] <= max(record["step_times_ms"])

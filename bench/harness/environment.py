@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from bench.harness.allocator import allocator
+
 
 def _cpu_model() -> str:
     try:
@@ -74,6 +76,7 @@ def environment() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cpu_cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        "allocator": allocator(),
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "git_commit": commit,
