@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.predict.calibration import Calibration, Communication, Curve, Line
+from bench.predict.calibration import Calibration, Canary, Communication, Curve, Line
 from bench.predict.costs import predict_step
 from bench.predict.scenario import Scenario
 from strategies import ConfigError
@@ -65,6 +65,7 @@ def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_ru
 
 
 def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None:
-    calibration = dataclasses.replace(equal_blocks(2), canary_ms=3.5)
+    canaries = {1: Canary(threads=2, batch=64, ms=3.5), 2: Canary(threads=1, batch=32, ms=4.25)}
+    calibration = dataclasses.replace(equal_blocks(2), canaries=canaries)
     calibration.save(tmp_path / "c.json")
-    assert Calibration.load(tmp_path / "c.json").canary_ms == 3.5
+    assert Calibration.load(tmp_path / "c.json").canaries == canaries

@@ -1,22 +1,44 @@
-"""bench/predict/canary.py: the machine's drift between its calibration and each run, measured and noted."""
+"""bench/predict/canary.py: the machine's drift between its calibration and each run, measured, noted and taken out
+of the prediction."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
-from bench.predict.canary import canary_ms, drift_fields
+import models
+from bench.predict.calibration import Canary
+from bench.predict.canary import canary_ms, corrected, drift_fields
 
 
-def test_the_canary_is_a_positive_time_and_repeats_within_a_factor() -> None:
-    first, second = canary_ms(), canary_ms()
+def test_the_canary_is_the_model_s_own_step_a_positive_time_that_repeats_within_a_factor() -> None:
+    spec = models.build_model("mlp", "tiny", "batch")
+    first, second = (canary_ms(spec, 8, 1, lambda p: torch.optim.SGD(p, lr=0.1), torch.device("cpu"))
+                     for _ in range(2))
     assert first > 0 and second > 0 and 0.2 < first / second < 5
 
 
 def test_drift_beyond_ten_percent_is_noted_and_within_it_is_not() -> None:
-    slower, note = drift_fields(4.0, 5.2)
+    at_calibration = Canary(threads=1, batch=8, ms=4.0)
+    slower, note = drift_fields(at_calibration, 5.2)
     assert slower["canary_drift"] == pytest.approx(1.3) and "1.30x as long as at calibration" in note
-    assert drift_fields(4.0, 4.2)[1] == ""
-    assert "0.50x" in drift_fields(4.0, 2.0)[1]  # a machine that sped up moved too
-    assert drift_fields(None, 4.0)[0]["canary_drift"] is None
+    assert drift_fields(at_calibration, 4.2)[1] == ""
+    assert "0.50x" in drift_fields(at_calibration, 2.0)[1]  # a machine that sped up moved too
+    assert drift_fields(None, None)[0]["canary_drift"] is None
 
 
+def test_a_drift_scales_every_predicted_time_and_keeps_the_step_at_calibration() -> None:
+    prediction = {"predicted_step_time_ms": 10.0, "predicted_step_time_ms_interval": [8.0, 12.5],
+                  "predicted_compute_ms": 6.0, "predicted_exposed_comm_ms": 3.0, "predicted_update_ms": 1.0,
+                  "predicted_samples_per_s": 6400.0, "predicted_bubble": 0.25,
+                  "predicted_timeline": [{"rank": 0, "start_ms": 1.0, "end_ms": 3.0}]}
+    slower = corrected(prediction, 1.2)
+    assert slower["predicted_step_time_ms"] == pytest.approx(12.0)
+    assert slower["predicted_step_time_ms_at_calibration"] == 10.0
+    assert slower["predicted_step_time_ms_interval"] == pytest.approx([9.6, 15.0])
+    assert (slower["predicted_compute_ms"], slower["predicted_exposed_comm_ms"], slower["predicted_update_ms"]) == (
+        pytest.approx(7.2), pytest.approx(3.6), pytest.approx(1.2))
+    assert slower["predicted_samples_per_s"] == pytest.approx(6400 / 1.2) and slower["predicted_bubble"] == 0.25
+    assert slower["predicted_timeline"] == [{"rank": 0, "start_ms": pytest.approx(1.2), "end_ms": pytest.approx(3.6)}]
+    unmeasured = corrected(prediction, None)
+    assert unmeasured["predicted_step_time_ms"] == unmeasured["predicted_step_time_ms_at_calibration"] == 10.0

@@ -12,13 +12,12 @@ from bench.harness.attach import PREDICTION_VARIABLE
 from bench.harness.config import RunConfig, resolve
 from bench.harness.records import RECORD_VERSION
 from bench.predict import for_sweep
+from bench.predict.calibration import Canary
 from tests.helpers.calibrations import equal_blocks
 
 
 def test_a_failed_calibration_costs_its_model_s_predictions_not_the_sweep(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from bench.harness.config import RunConfig, resolve
-    from bench.predict import for_sweep
 
     def failing(config: object, *args: object, **kwargs: object) -> None:
         raise ValueError("Expected more than 1 value per channel when training")
@@ -31,18 +30,24 @@ def test_a_failed_calibration_costs_its_model_s_predictions_not_the_sweep(
     assert "cnn/tiny is not predicted: its calibration failed: ValueError: Expected more than 1" in caplog.text
 
 
-def test_the_sweep_hands_each_run_the_drift_timed_just_before_it(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_the_sweep_hands_each_run_the_drift_of_its_layout_timed_just_before_it_and_scales_its_prediction(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     predictor = for_sweep.SweepPredictor()
-    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(equal_blocks(4), canary_ms=4.0)
+    canaries = {1: Canary(threads=2, batch=8, ms=3.0), 2: Canary(threads=1, batch=4, ms=4.0)}
+    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(equal_blocks(4), canaries=canaries)
     predictor.sources[("mlp", "tiny")] = "calibration c.json"
     config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
                                           out=str(tmp_path / "r.jsonl")))
+    timed = []
     for now, noted in ((4.2, False), (6.0, True)):
-        monkeypatch.setattr(for_sweep, "canary_ms", lambda now=now: now)
+        monkeypatch.setattr(for_sweep, "canary_ms", lambda spec, batch, threads, *_, now=now: timed.append(
+            (batch, threads)) or now)
         handed = json.loads(predictor.env_for(config)[PREDICTION_VARIABLE])
         assert handed["canary_ms"] == now and handed["canary_drift"] == pytest.approx(now / 4.0)
         assert any("as long as at calibration" in note for note in handed["notes"]) is noted
+        assert handed["predicted_step_time_ms"] == pytest.approx(handed["predicted_step_time_ms_at_calibration"]
+                                                                 * now / 4.0)
+    assert timed == [(4, 1), (4, 1)]  # a 2-process run's layout: one thread, half the batch
 
 
 def test_each_prediction_s_interval_takes_the_errors_of_the_runs_measured_before_it(
@@ -51,7 +56,6 @@ def test_each_prediction_s_interval_takes_the_errors_of_the_runs_measured_before
     predictor = for_sweep.SweepPredictor(out=out)
     predictor.calibrations[("mlp", "tiny")] = equal_blocks(4)
     predictor.sources[("mlp", "tiny")] = "calibration c.json"
-    monkeypatch.setattr(for_sweep, "canary_ms", lambda: 1.0)
     config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
                                           out=str(out)))
 

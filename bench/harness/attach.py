@@ -14,7 +14,7 @@ PREDICTION_VARIABLE = "BENCH_PREDICTION"
 CARRIED = ("predicted_step_time_ms", "predicted_step_time_ms_interval", "predicted_interval_basis",
            "predicted_samples_per_s", "predicted_compute_ms", "predicted_exposed_comm_ms", "predicted_update_ms",
            "predicted_bubble", "predicted_memory_by_kind", "compute_source", "notes", "predicted_timeline", "fitted",
-           "canary_ms", "canary_drift")
+           "canary_ms", "canary_drift", "predicted_step_time_ms_at_calibration")
 """The prediction record's fields a measured record keeps: the report draws the predicted timeline beside the
 measured one."""
 

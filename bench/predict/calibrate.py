@@ -8,8 +8,10 @@ import functools
 import itertools
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 import models
@@ -17,7 +19,7 @@ from bench.harness.config import RunConfig, unread_groups_reset
 from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
 from bench.harness.runner import optimizer_choice
-from bench.predict.calibration import Calibration, Communication
+from bench.predict.calibration import Calibration, Canary, Communication
 from bench.predict.canary import DRIFT_LIMIT, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, slowdown, timed_batches
@@ -31,6 +33,7 @@ from bench.predict.runtime import (
     reference_per_rank,
     residuals,
 )
+from models.spec import ModelSpec
 from strategies import REFERENCE
 
 MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
@@ -55,8 +58,6 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     device count beyond one the collectives, the runtimes' residuals and the slowdown of processes
     computing together. ``config`` is resolved (its batch size filled in); its strategy's options are not
     read (a sweep hands in its model's first run, a hybrid mesh's perhaps)."""
-    import torch
-
     config = unread_groups_reset(config.with_flags(strategy=REFERENCE))
     assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
     make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
@@ -66,11 +67,11 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
                                       for d in parallel))
     batches = sorted({*calibration_batches(config.run.batch_size, devices, microbatches), *at_references})
     cuda = config.run.accelerator == "cuda"
-    canary_before = canary_ms()
     calibration_arithmetic(config.run.precision)
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
+    canaries_before = _canaries(config, make_spec, devices, device)
     costs = {}
     steps = tqdm(total=len(threads) + len(parallel), desc="calibrate", unit="step")
     before = torch.get_num_threads()
@@ -99,11 +100,24 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
     fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
     fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))
-    canary_after = canary_ms()
-    if abs(canary_after / canary_before - 1) > DRIFT_LIMIT:
-        log.warning("the canary step took %.2f ms before the calibration and %.2f ms after it: the machine's "
-                    "speed moved while it was measured", canary_before, canary_after)
-    return dataclasses.replace(calibration, fitted_runs=fitted_runs, canary_ms=min(canary_before, canary_after))
+    for processes, after in _canaries(config, make_spec, devices, device).items():
+        first = canaries_before[processes]
+        if abs(after.ms / first.ms - 1) > DRIFT_LIMIT:
+            log.warning("the canary step of %d thread(s) at batch %d took %.2f ms before the calibration and %.2f "
+                        "ms after it: the machine's speed moved while it was measured", first.threads,
+                        first.batch, first.ms, after.ms)
+    # the canaries from before: the compute the predictions rest on was timed right after them
+    return dataclasses.replace(calibration, fitted_runs=fitted_runs, canaries=canaries_before)
+
+
+def _canaries(config: RunConfig, make_spec: Callable[[], ModelSpec], devices: tuple[int, ...],
+              device: torch.device) -> dict[int, Canary]:
+    """The canary of every layout a run of ``devices`` takes: one process (single, mp, one device), or as many
+    as its devices (each with its share of the cores and of the global batch)."""
+    assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
+    spec, build = make_spec(), optimizer_choice(config).build
+    layouts = {p: (threads_per_process(p), max(1, config.run.batch_size // p)) for p in sorted({1, *devices})}
+    return {p: Canary(t, n, canary_ms(spec, n, t, build, device)) for p, (t, n) in layouts.items()}
 
 
 def calibration_arithmetic(precision: str) -> None:

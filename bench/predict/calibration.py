@@ -16,7 +16,7 @@ from typing import Any
 from strategies import ConfigError
 from strategies.cost_model import RuntimeOverheads, threads_per_process
 
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,16 @@ class Communication:
 
 
 @dataclass(frozen=True)
+class Canary:
+    """bench/predict/canary.py's step for one layout: a process of ``threads`` threads stepping ``batch`` samples
+    of the calibrated model, and the quickest time it took."""
+
+    threads: int
+    batch: int
+    ms: float
+
+
+@dataclass(frozen=True)
 class Calibration:
     """One machine and model, measured by ``bench calibrate``."""
 
@@ -162,8 +172,9 @@ class Calibration:
     env: dict[str, object] = field(default_factory=dict)
     fitted_runs: tuple[str, ...] | None = None
     """The reference runs whose timings entered it (runtime.fitted_key); None: a file that predates them."""
-    canary_ms: float | None = None
-    """bench/predict/canary.py's step at calibration (the quicker of its timings before and after)."""
+    canaries: dict[int, Canary] = field(default_factory=dict)
+    """bench/predict/canary.py's step at calibration, per count of processes a run spreads over (their layout:
+    threads and samples per process); empty: none timed."""
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self.threads[self._nearest(threads)].blocks
@@ -266,7 +277,8 @@ class Calibration:
                        data["backend"], data["machine"], threads, communication,
                        {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}),
                        tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None,
-                       float(data["canary_ms"]) if data.get("canary_ms") else None)
+                       {int(n): Canary(int(c["threads"]), int(c["batch"]), float(c["ms"]))
+                        for n, c in data.get("canaries", {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 

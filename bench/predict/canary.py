@@ -1,51 +1,77 @@
-"""A short canary step: the same fixed arithmetic timed when the machine is calibrated and again just
-before each run the sweep predicts, so that the machine's drift between the two is measured.
+"""A canary step: the calibrated model's own plain training step, timed where each layout of processes runs when
+the machine is calibrated and again just before each run the sweep predicts, so that the machine's drift between
+the two is measured and taken out of the prediction.
 
-Machines of one kind here differ by up to 6x and drift within a run; a calibration taken at one speed
-predicts a run at another as if nothing moved. The canary says by how much it did: its ratio rides in
-the prediction's record (``canary_drift``), and beyond ``DRIFT_LIMIT`` a note says the prediction rests
-on a machine that has since changed speed. It corrects nothing: a run's compute and communication drift
-apart, and one ratio cannot say how.
+Machines of one kind here differ by up to 6x and drift within a run; a calibration taken at one speed predicts a
+run at another as if nothing moved. A fixed arithmetic canary did not see it: a 256 x 256 matmul chain on one
+thread read 6.56-6.90 ms on the 2-core VM while the small mlp's `bench run single` went from 21.9-22.6 ms to
+25.7-27.1 within a minute and stayed there. Its own step, timed in the sweep's process with as many threads and
+samples as one of the run's processes has (the quickest of ``STEPS``), moved with it: 20.2-20.5 ms, then
+24.6-25.7, the runs 1.01-1.12 times the canary before them throughout (12 pairs). The shift was one of the two
+cores': the same step on one thread (a 2-process run's layout) read 21.1-22.5 ms throughout.
+
+So the prediction handed to a run is scaled by the drift of its layout's canary (``corrected``), its
+figure at calibration kept beside it (``predicted_step_time_ms_at_calibration``); beyond ``DRIFT_LIMIT`` a note
+says the machine changed speed since. One ratio for the whole step: the parts that do not compute (a
+collective's wait, a pipeline's idle time) are assumed to move with the cores that run them.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
-REPEATS = 7
-"""The canary is the quickest of these: noise only adds time."""
+import torch
+
+from bench.predict.calibration import Canary
+from bench.predict.compute import whole_step_ms
+from models.spec import ModelSpec
+
+STEPS = 3
+"""The canary is the quickest of these plain steps (after one warm-up): noise only adds time."""
 DRIFT_LIMIT = 0.10
 """A drift beyond this (10% either way) is noted beside the prediction."""
 
 
-def canary_ms() -> float:
-    """The quickest of ``REPEATS`` timings of one fixed single-thread computation (about 5 ms here)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def canary_ms(spec: ModelSpec, batch: int, threads: int, build_optimizer: Callable, device: torch.device) -> float:
+    """The quickest of ``STEPS`` plain training steps of ``spec`` at ``batch`` samples on ``threads`` threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
-        generator = torch.Generator().manual_seed(0)
-        a, b = torch.randn(256, 256, generator=generator), torch.randn(256, 256, generator=generator)
-        times = []
-        for _ in range(REPEATS):
-            start = time.perf_counter()
-            for _ in range(16):
-                a = torch.tanh(a @ b)
-            times.append((time.perf_counter() - start) * 1e3)
-        return min(times)
+        return min(whole_step_ms(spec, batch, build_optimizer, device, STEPS))
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
-def drift_fields(calibrated_ms: float | None, now_ms: float) -> tuple[dict[str, object], str]:
-    """The record's canary fields (now, and its ratio to the calibration), and a note where it moved too far
+def drift_fields(calibrated: Canary | None, now_ms: float | None) -> tuple[dict[str, object], str]:
+    """The record's canary fields (now, and its ratio to the calibration's), and a note where it moved too far
     (else empty)."""
-    if not calibrated_ms:
-        return {"canary_ms": now_ms, "canary_drift": None}, "the calibration predates the canary: drift not measured"
-    drift = now_ms / calibrated_ms
+    if calibrated is None or now_ms is None:
+        return {"canary_ms": now_ms, "canary_drift": None}, "the calibration timed no canary here: drift not measured"
+    drift = now_ms / calibrated.ms
     note = ""
     if abs(drift - 1) > DRIFT_LIMIT:
         note = (f"the machine ran the canary {drift:.2f}x as long as at calibration (beyond {DRIFT_LIMIT:.0%}): "
-                "this prediction rests on a machine that has since changed speed")
+                "the prediction is scaled by that")
     return {"canary_ms": now_ms, "canary_drift": drift}, note
+
+
+SCALED = ("predicted_step_time_ms", "predicted_compute_ms", "predicted_exposed_comm_ms", "predicted_update_ms")
+
+
+def corrected(prediction: dict[str, object], drift: float | None) -> dict[str, object]:
+    """``prediction`` (a record of kind prediction) with every time scaled by ``drift`` and its step time at
+    calibration kept as ``predicted_step_time_ms_at_calibration``; as it is where no drift was measured."""
+    out = {**prediction, "predicted_step_time_ms_at_calibration": prediction["predicted_step_time_ms"]}
+    if drift is None:
+        return out
+    for key in SCALED:
+        if isinstance(value := prediction.get(key), float | int):
+            out[key] = value * drift
+    if isinstance(interval := prediction.get("predicted_step_time_ms_interval"), list):
+        out["predicted_step_time_ms_interval"] = [bound * drift for bound in interval]
+    if isinstance(rate := prediction.get("predicted_samples_per_s"), float | int):
+        out["predicted_samples_per_s"] = rate / drift
+    if isinstance(timeline := prediction.get("predicted_timeline"), list):
+        out["predicted_timeline"] = [{**span, "start_ms": span["start_ms"] * drift, "end_ms": span["end_ms"] * drift}
+                                     for span in timeline]
+    return out

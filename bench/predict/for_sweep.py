@@ -12,18 +12,23 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+import models
 from bench.harness.attach import handed_over
 from bench.harness.config import RunConfig
 from bench.harness.environment import environment
 from bench.harness.records import read_records
+from bench.harness.runner import optimizer_choice
 from bench.predict.calibrate import calibrate, machine_identity
-from bench.predict.calibration import Calibration
-from bench.predict.canary import canary_ms, drift_fields
+from bench.predict.calibration import Calibration, Canary
+from bench.predict.canary import canary_ms, corrected, drift_fields
 from bench.predict.compute import Disturbed
 from bench.predict.conformal import held_out_scores
 from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record
-from strategies import ConfigError
+from models.spec import ModelSpec
+from strategies import ConfigError, Launch, strategy_class
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,8 @@ class SweepPredictor:
     sources: dict[tuple[str, str], str] = field(default_factory=dict)
     out: Path | None = None
     """The sweep's records: the runs it measured so far widen the next prediction's interval to their errors."""
+    specs: dict[tuple[str, str, str], ModelSpec] = field(default_factory=dict)
+    """Each model the canary steps, built once."""
 
     def env_for(self, config: RunConfig) -> dict[str, str]:
         """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
@@ -51,10 +58,26 @@ class SweepPredictor:
             log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
         # Timed here, just before the run starts: how far the machine moved since it was calibrated.
-        canary, note = drift_fields(calibration.canary_ms, canary_ms())
+        canary, note = drift_fields(*self._canary(calibration, config))
         notes = record["notes"]
         assert isinstance(notes, list)
-        return handed_over({**record, **canary, "notes": [*notes, *([note] if note else [])]})
+        drift = canary["canary_drift"]
+        return handed_over({**corrected(record, drift if isinstance(drift, float) else None), **canary,
+                            "notes": [*notes, *([note] if note else [])]})
+
+    def _canary(self, calibration: Calibration, config: RunConfig) -> tuple[Canary | None, float | None]:
+        """The calibration's canary of ``config``'s layout (as many processes as its devices, or one), and the
+        same step timed now; None for either where the calibration timed none there."""
+        processes = config.run.devices if strategy_class(config.strategy).launch == Launch.PER_DEVICE else 1
+        calibrated = calibration.canaries.get(processes)
+        if calibrated is None:
+            return None, None
+        key = (config.workload.model, config.workload.preset, config.workload.norm)
+        if key not in self.specs:
+            self.specs[key] = models.build_model(*key)
+        device = torch.device("cuda" if config.run.accelerator == "cuda" else "cpu")
+        now = canary_ms(self.specs[key], calibrated.batch, calibrated.threads, optimizer_choice(config).build, device)
+        return calibrated, now
 
     def _held_out_errors(self, key: tuple[str, str]) -> list[float] | None:
         """What this calibration's earlier predictions missed by, on the runs the sweep measured so far."""
