@@ -163,7 +163,7 @@ class DataParallelCost(CostModel):
         exposed = partly_hidden(max(0.0, comm_free - clock), communication, costs.overlap_for(n))
         parameters = sum(b.parameters for b in blocks)
         # The reducer copies the gradients into its buckets, divides them and copies them back: 3 passes.
-        exposed += (costs.runtime_for(n)[DataParallelCost.residual]
+        exposed += (costs.runtime_for(n, scenario.global_batch)[DataParallelCost.residual]
                     + 3 * costs.copy_ms(threads, FP32 * parameters) * slow)
         update, after = self.update_ms(costs, scenario, threads, parameters)
         return StepPrediction(clock + exposed + after + update * slow, clock, exposed + after, update * slow)

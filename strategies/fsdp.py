@@ -124,7 +124,7 @@ class ShardedCost(CostModel):
             compute = started + backward[i]
             comm = max(comm, compute) + reduce[i]
         overhead = (own_overhead(costs, threads, samples) * slow
-                    + costs.runtime_for(n)[self.residual] * len(blocks))
+                    + costs.runtime_for(n, scenario.global_batch)[self.residual] * len(blocks))
         # FSDP2 copies each shard into the all-gather's buffer and the gathered block out of it, and each
         # block's gradients into the reduce-scatter's: about 2 passes over a block's bytes per collective.
         gathered = 2 if scenario.reshard_after_forward else 1

@@ -75,7 +75,7 @@ class HybridCost(PipelineCost):
         paid in every forward and backward they put dp_shard 2 x tp 2 63% above the measured step, dp_shard 2
         x pp 2 and pp 2 x tp 2 at 4 micro-batches 118% and 146%; paid half in each pass, 15%, 61% and 76%.
         fully_shard's hooks run wherever it wraps the blocks, replicas alone too (HSDP with one shard)."""
-        runtime = costs.runtime_for(scenario.devices)
+        runtime = costs.runtime_for(scenario.devices, scenario.global_batch)
         layers = dict(zip(scenario.tp_blocks, scenario.tp_layers, strict=True))
         return (runtime[TensorParallelCost.residual] * sum(layers.get(i, 0) for i in ids)
                 + (runtime[ShardedCost.residual] * len(ids) if self.layout(scenario).fsdp_dims else 0.0))
@@ -106,7 +106,7 @@ class HybridCost(PipelineCost):
         tp, pp = self.tensor_parallel(scenario), scenario.pp or 1
         if shard == 1 and tp == 1:  # pure dp x pp: ReplicaAverager's all-reduce, each replica pp ranks apart
             return (costs.collective_ms("all_reduce", stage_parameters * FP32, replicas, pp)
-                    + costs.runtime_for(scenario.devices)[self.residual])
+                    + costs.runtime_for(scenario.devices, scenario.global_batch)[self.residual])
         # fully_shard: the stage's gradients reduce-scattered over the shards (stage_parameters is one
         # shard's), the shard then all-reduced over the replicas (HSDP)
         sync = (costs.collective_ms("reduce_scatter", stage_parameters * shard * FP32, shard, pp * tp)

@@ -159,10 +159,11 @@ class PipelineCost(CostModel):
         sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples,
                                        (r * ranks + s % ranks) * tp, (r * ranks + (s + 1) % ranks) * tp)
                      for r in range(replicas)) for s, part in enumerate(parts)]
-        runtime = costs.runtime_for(scenario.devices)
+        runtime = costs.runtime_for(scenario.devices, scenario.global_batch)
         per_action = runtime[PipelineCost.residual]
-        # of which the rank spends this much between its actions, outside their spans (into the bubble)
-        between = min(per_action, runtime[PP_IDLE])
+        # of which the rank spends this much between its actions, outside their spans (into the bubble); a
+        # residual below zero (actions quicker than their blocks timed alone) shortens the actions, not the gaps
+        between = max(0.0, min(per_action, runtime[PP_IDLE]))
         slows: dict[Action, float] = {}
 
         def duration(action: Action) -> float:
@@ -172,8 +173,8 @@ class PipelineCost(CostModel):
             # the stage's own collectives: the forward's before it, the backward's with its input gradient
             forward_comm, backward_comm = inside[action.stage]
             comm = {FORWARD: forward_comm, BACKWARD: backward_comm, BACKWARD_INPUT: backward_comm}
-            return (share[action.kind] * slows.get(action, all_at_work) + comm.get(action.kind, 0.0)
-                    + per_action - between)
+            return max(0.0, share[action.kind] * slows.get(action, all_at_work) + comm.get(action.kind, 0.0)
+                       + per_action - between)
 
         def before(action: Action) -> float:
             return between

@@ -36,7 +36,8 @@ class WholeModelCost(CostModel):
         forward, backward = whole_pass(blocks, range(len(blocks)), samples)
         # Each pass pays (or gains) what a whole pass did beyond its blocks in the calibration's plain steps,
         # plus the strategy's own runtime per pass (mp's hand-over between stages).
-        per_pass = costs.runtime_for(scenario.devices)[self.residual] if self.residual else 0.0
+        per_pass = (costs.runtime_for(scenario.devices, scenario.global_batch)[self.residual]
+                    if self.residual else 0.0)
         compute = (forward + backward + costs.overhead_ms(threads, samples) + per_pass) * passes
         update = costs.optimizer_ms(threads, sum(b.parameters for b in blocks))
         return StepPrediction(compute + update, compute, 0.0, update)

@@ -128,7 +128,7 @@ class TensorParallelCost(CostModel):
             # One all-reduce of the block's output forward and one of its input gradient backward, per pair.
             comm += 2 * pairs.get(i, 0) * costs.collective_ms("all_reduce", block.output_bytes_per_sample * samples, n)
         compute += own_overhead(costs, threads, samples) * slow
-        comm += costs.runtime_for(n)[self.residual] * sum(scenario.tp_layers)
+        comm += costs.runtime_for(n, scenario.global_batch)[self.residual] * sum(scenario.tp_layers)
         update = costs.optimizer_ms(threads, self._local_parameters(blocks, scenario)) * slow
         return StepPrediction(compute + comm + update, compute, comm, update)
 

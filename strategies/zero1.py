@@ -40,7 +40,8 @@ class ZeRO1Cost(DataParallelCost):
         n = scenario.devices
         broadcasts = sum(costs.collective_ms("broadcast", FP32 * t, n)
                          for b in costs.blocks(threads) for t in b.tensor_sizes())
-        return costs.optimizer_ms(threads, parameters / n), broadcasts + costs.runtime_for(n)[self.residual]
+        runtime = costs.runtime_for(n, scenario.global_batch)[self.residual]
+        return costs.optimizer_ms(threads, parameters / n), broadcasts + runtime
 
     def optimizer_share(self, scenario: Scenario) -> float:
         return 1 / scenario.devices

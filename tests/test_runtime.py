@@ -41,9 +41,10 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     assert found["tp_per_layer"] == pytest.approx(0.5)
     assert found["pp_per_action"] == pytest.approx(0.25)
     assert found["mp_per_microbatch"] == pytest.approx(0.75)
-    # A runtime never gives time back; a strategy the model cannot run has no reference and costs nothing.
+    # Unclamped: a run quicker than its cost model says gives a term below zero (the line through two batches
+    # needs both as measured); a strategy the model cannot run has no reference and costs nothing.
     quick = residuals(calibration, 2, configs, {"ddp": predicted["ddp"] - 1.0})
-    assert quick["ddp_per_step"] == 0.0 and set(quick.values()) == {0.0}
+    assert quick["ddp_per_step"] == pytest.approx(-1.0) and quick["tp_per_layer"] == 0.0
     assert "tp" not in reference_configs(calibrated.with_flags(model="cnn", preset="tiny"),
                                          str(tmp_path / "reference.jsonl"), 2)
 
@@ -145,7 +146,9 @@ def test_an_in_process_reference_run_that_other_work_disturbed_is_run_again(
                         lambda loads, cores: Verdict(d := next(verdicts), "other processes used 60%" if d else None, 0))
     config = resolve(RunConfig.from_flags(strategy="mp", devices=2, microbatches=2, model="mlp", preset="tiny",
                                           out=str(tmp_path / "r.jsonl"), accelerator="cpu"))
-    assert in_process_step_ms({"mp": config, "ddp": config}) == {"mp": 20.0}  # ddp runs on ranks, not here
+    ddp = resolve(RunConfig.from_flags(strategy="ddp", devices=2, model="mlp", preset="tiny",
+                                       out=str(tmp_path / "r.jsonl"), accelerator="cpu"))
+    assert in_process_step_ms({"mp@8": config, "ddp@8": ddp}) == {"mp@8": 20.0}  # ddp runs on ranks, not here
     with pytest.raises(Disturbed, match="mp's reference run was disturbed in 3 tries \\(other processes used 60%\\)"):
         in_process_step_ms({"mp": config})
 
@@ -199,3 +202,53 @@ def test_hybrids_reference_run_leaves_the_pipelines_idle_share_alone(tmp_path: P
     found = residuals(calibration, 4, configs, step_ms)
     assert found["pp_per_action"] > 0 and found["hybrid_per_step"] > 0
     assert found["pp_idle_per_action"] == 0.0  # pp's own reference measured no bubble: nothing of it is idle
+
+
+def test_the_reference_runs_take_a_small_batch_and_one_beyond_the_calibrated_one(tmp_path: Path) -> None:
+    from bench.predict.runtime import (
+        LARGE_REFERENCE_STEPS,
+        REFERENCE_STEPS,
+        reference_configs,
+        reference_global_batches,
+    )
+
+    assert reference_global_batches(2, 64) == [8, 96] and reference_global_batches(4, 64) == [16, 96]
+    assert reference_global_batches(4, 16) == [32, 48]  # 16 calibrated: neither is it
+    assert reference_global_batches(2, 8) == [16, 24]  # the small one doubled off 8, the large one past it
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", batch_size=64, accelerator="cpu",
+                                              out=str(tmp_path / "runs.jsonl")))
+    large = reference_configs(calibrated, str(tmp_path / "r.jsonl"), 2, 96)
+    assert {c.run.batch_size for c in large.values()} == {96}
+    assert {c.measure.steps for c in large.values()} == {LARGE_REFERENCE_STEPS}
+    assert {c.measure.steps for c in reference_configs(calibrated, "r.jsonl", 2).values()} == {REFERENCE_STEPS}
+
+
+def test_each_residual_is_the_line_through_its_two_reference_batches(tmp_path: Path) -> None:
+    from bench.predict.scenario import scenario_for
+
+    calibration = equal_blocks(5).with_runtime_line(2, {
+        8: RuntimeOverheads(tp_per_layer=0.5, ddp_per_step=2.0),
+        96: RuntimeOverheads(tp_per_layer=2.7, ddp_per_step=-0.2)})
+    assert calibration.runtime_for(2, 8)["tp_per_layer"] == pytest.approx(0.5)
+    assert calibration.runtime_for(2, 64)["tp_per_layer"] == pytest.approx(0.5 + 2.2 * 56 / 88)
+    assert calibration.runtime_for(2, 64)["ddp_per_step"] == pytest.approx(2.0 - 2.2 * 56 / 88)
+    assert calibration.runtime_for(2, 128)["ddp_per_step"] < 0  # beyond both, the line goes on, unclamped
+    assert calibration.runtime_for(2)["tp_per_layer"] == 0.5  # no batch: where the small runs measured it
+    path = tmp_path / "c.json"
+    calibration.save(path)
+    assert Calibration.load(path).runtime_for(2, 64) == calibration.runtime_for(2, 64)
+    # a tp step at 64 samples pays the line's term there, per layer
+    tp = resolve(RunConfig.from_flags(strategy="tp", devices=2, model="mlp", preset="tiny", batch_size=64,
+                                      accelerator="cpu", out=str(tmp_path / "r.jsonl")))
+    flat = equal_blocks(5).with_runtime(2, RuntimeOverheads(tp_per_layer=0.5))
+    layers = sum(scenario_for(tp).tp_layers)
+    assert (predict_step(calibration, scenario_for(tp), 1).step_ms - predict_step(flat, scenario_for(tp), 1).step_ms
+            == pytest.approx(2.2 * 56 / 88 * layers))
+
+
+def test_the_calibration_sorts_the_reference_figures_by_batch() -> None:
+    from bench.predict.calibrate import _at_batch
+
+    named = {"ddp@8": 1.0, "pp@8": 2.0, "pp@8:bubble": 0.3, "ddp@80": 4.0, "pp@80:bubble": 0.2}
+    assert _at_batch(named, 8) == {"ddp": 1.0, "pp": 2.0, "pp:bubble": 0.3}
+    assert _at_batch(named, 80) == {"ddp": 4.0, "pp:bubble": 0.2}

@@ -50,7 +50,7 @@ class Costs:
     def optimizer_ms(self, threads: int, parameters: float) -> float:
         return parameters / 10
 
-    def runtime_for(self, ranks: int) -> RuntimeOverheads:
+    def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         return RuntimeOverheads()
 
 

@@ -39,7 +39,8 @@ class OneBucketCost(DataParallelCost):
         compute = (sum(b.forward_ms.at(samples) + b.backward_ms.at(samples) for b in blocks)
                    + own_overhead(costs, threads, samples)) * slow
         parameters = sum(b.parameters for b in blocks)
-        exposed = costs.collective_ms("all_reduce", FP32 * parameters, n) + costs.runtime_for(n)["ddp_per_step"]
+        exposed = (costs.collective_ms("all_reduce", FP32 * parameters, n)
+                   + costs.runtime_for(n, scenario.global_batch)["ddp_per_step"])
         update = costs.optimizer_ms(threads, parameters) * slow
         return StepPrediction(compute + exposed + update, compute, exposed, update)
 

@@ -64,7 +64,7 @@ class Costs:
     def optimizer_ms(self, threads: int, parameters: float) -> float:
         return parameters
 
-    def runtime_for(self, ranks: int) -> RuntimeOverheads:
+    def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         return RuntimeOverheads({"zero1_per_step": 0.5, "ddp_per_step": 100.0})
 
 

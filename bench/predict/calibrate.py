@@ -10,6 +10,7 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from tqdm import tqdm
@@ -30,7 +31,7 @@ from bench.predict.runtime import (
     plain_step_configs,
     reference_batches,
     reference_configs,
-    reference_per_rank,
+    reference_global_batches,
     residuals,
 )
 from models.spec import ModelSpec
@@ -40,6 +41,7 @@ MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
 """What a calibration must share with the machine it predicts for."""
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def machine_identity(env: dict[str, object]) -> dict[str, object]:
@@ -63,8 +65,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
                                   config.workload.norm)
     parallel = sorted(d for d in set(devices) if d > 1)
-    at_references = itertools.chain(*(reference_batches(d, reference_per_rank(d, config.run.batch_size))
-                                      for d in parallel))
+    at_references = itertools.chain(*(reference_batches(d, n // d) for d in parallel
+                                      for n in reference_global_batches(d, config.run.batch_size)))
     batches = sorted({*calibration_batches(config.run.batch_size, devices, microbatches), *at_references})
     cuda = config.run.accelerator == "cuda"
     calibration_arithmetic(config.run.precision)
@@ -95,9 +97,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     calibration = Calibration(config.workload.model, config.workload.preset, config.workload.norm, "fp32",
                               config.run.accelerator, config.run.backend,
                               machine_identity(env), costs, communication, slow, env)
-    # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs.
+    # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs,
+    # at each of their batches, and the line through them.
     for d, (configs, step_ms) in references.items():
-        calibration = calibration.with_runtime(d, residuals(calibration, d, configs, step_ms))
+        at_batch = {}
+        for n in reference_global_batches(d, config.run.batch_size):
+            at_batch[n] = residuals(calibration, d, _at_batch(configs, n), _at_batch(step_ms, n))
+        calibration = calibration.with_runtime_line(d, at_batch)
     fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
     fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))
     for processes, after in _canaries(config, make_spec, devices, device).items():
@@ -120,6 +126,18 @@ def _canaries(config: RunConfig, make_spec: Callable[[], ModelSpec], devices: tu
     return {p: Canary(t, n, canary_ms(spec, n, t, build, device)) for p, (t, n) in layouts.items()}
 
 
+def _at_batch(named: dict[str, T], batch: int) -> dict[str, T]:
+    """The entries of ``named`` (``strategy@batch``, a bubble's ``strategy@batch:bubble``) at ``batch``, by
+    strategy (and ``strategy:bubble``)."""
+    out = {}
+    for name, value in named.items():
+        strategy, _, rest = name.partition("@")
+        at, colon, suffix = rest.partition(":")
+        if at == str(batch):
+            out[strategy + colon + suffix] = value
+    return out
+
+
 def calibration_arithmetic(precision: str) -> None:
     """Sets TF32 as a run of ``precision`` does (strategies/precision.py): left at torch's default, cuDNN
     would time an fp32 calibration's convolutions in TF32 while fp32 runs compute them in full fp32."""
@@ -131,10 +149,13 @@ def calibration_arithmetic(precision: str) -> None:
 def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
         Communication, tuple[dict[str, RunConfig], dict[str, float]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
-    known), and the reference runs there (mp's here, in one process) with their median steps."""
+    known), and the reference runs there (mp's here, in one process) with their median steps, each named
+    ``strategy@global batch``."""
     with tempfile.TemporaryDirectory() as folder:
-        references = reference_configs(config, str(Path(folder) / "reference.jsonl"), ranks)
-        on_ranks = {name: c for name, c in references.items() if not in_process(name)}
+        out = str(Path(folder) / "reference.jsonl")
+        references = {f"{name}@{n}": c for n in reference_global_batches(ranks, config.run.batch_size)
+                      for name, c in reference_configs(config, out, ranks, n).items()}
+        on_ranks = {name: c for name, c in references.items() if not in_process(c.strategy)}
         curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)

@@ -138,6 +138,19 @@ class Communication:
     GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""
     spread: float = 0.0
     """Half the range of the reference runs' steps over the groups, over their median (median over the runs)."""
+    runtime_batch: int = 0
+    """The global batch of the reference runs ``runtime`` was fitted on."""
+    runtime_per_sample: RuntimeOverheads = field(default_factory=RuntimeOverheads)
+    """Each residual term's change per sample of global batch: the line through the reference runs at two
+    batches (bench/predict/runtime.py); empty where they ran at one, the terms then the same at every batch."""
+
+    def runtime_at(self, global_batch: float | None) -> RuntimeOverheads:
+        """The residual terms on the line through the reference runs, at ``global_batch`` (None: at theirs)."""
+        if global_batch is None or not self.runtime_per_sample:
+            return self.runtime
+        terms = {*self.runtime, *self.runtime_per_sample}
+        return RuntimeOverheads({term: self.runtime[term] + self.runtime_per_sample[term] *
+                                 (global_batch - self.runtime_batch) for term in terms})
 
 
 @dataclass(frozen=True)
@@ -220,9 +233,12 @@ class Calibration:
         change the link; the curve measured between ranks 0 and 1."""
         return self.collective_ms("send_recv", size, 2)
 
-    def runtime_for(self, ranks: int) -> RuntimeOverheads:
-        """The runtimes' residuals measured on ``ranks`` processes, else on the nearest count measured."""
-        return self.communication[self._nearest_ranks(ranks)].runtime if self.communication else RuntimeOverheads()
+    def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
+        """The runtimes' residuals measured on ``ranks`` processes (else on the nearest count measured), on their
+        line at ``global_batch``."""
+        if not self.communication:
+            return RuntimeOverheads()
+        return self.communication[self._nearest_ranks(ranks)].runtime_at(global_batch)
 
     def spread_for(self, processes: int) -> float:
         """The calibration's own spread where ``processes`` run: the half-width of a prediction's interval."""
@@ -233,10 +249,25 @@ class Calibration:
     def overlap_for(self, ranks: int) -> float:
         return self.communication[self._nearest_ranks(ranks)].overlap if self.communication else 1.0
 
-    def with_runtime(self, ranks: int, runtime: RuntimeOverheads) -> Calibration:
-        """This calibration with ``runtime`` as the residuals on ``ranks`` processes (measured there)."""
-        measured = dataclasses.replace(self.communication[ranks], runtime=runtime)
+    def with_runtime(self, ranks: int, runtime: RuntimeOverheads, global_batch: int = 0) -> Calibration:
+        """This calibration with ``runtime`` as the residuals on ``ranks`` processes (measured there, at
+        ``global_batch``), the same at every batch."""
+        measured = dataclasses.replace(self.communication[ranks], runtime=runtime, runtime_batch=global_batch,
+                                       runtime_per_sample=RuntimeOverheads())
         return dataclasses.replace(self, communication={**self.communication, ranks: measured})
+
+    def with_runtime_line(self, ranks: int, at_batch: dict[int, RuntimeOverheads]) -> Calibration:
+        """This calibration with the residuals on ``ranks`` processes on the line through those fitted at two
+        global batches (``at_batch``; at one, the same at every batch)."""
+        (first, runtime), *rest = sorted(at_batch.items())
+        line = self.with_runtime(ranks, runtime, first)
+        if not rest:
+            return line
+        last, at_last = rest[-1]
+        terms = {*runtime, *at_last}
+        slope = RuntimeOverheads({term: (at_last[term] - runtime[term]) / (last - first) for term in terms})
+        measured = dataclasses.replace(line.communication[ranks], runtime_per_sample=slope)
+        return dataclasses.replace(line, communication={**line.communication, ranks: measured})
 
     def _nearest_ranks(self, ranks: int) -> int:
         if not self.communication:
@@ -304,4 +335,5 @@ def _communication(data: dict[str, Any]) -> Communication:
     curves = {name: Curve([(int(size), float(ms)) for size, ms in c["points"]])
               for name, c in data["collectives"].items()}
     return Communication(curves, RuntimeOverheads(**data["runtime"]), float(data["overlap"]),
-                         float(data.get("spread", 0.0)))
+                         float(data.get("spread", 0.0)), int(data.get("runtime_batch", 0)),
+                         RuntimeOverheads(**data.get("runtime_per_sample", {})))

@@ -56,8 +56,8 @@ class _Partial:
     def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
         return self.source.transfer_ms(size, sender, receiver) if self.transfers else 0.0
 
-    def runtime_for(self, ranks: int) -> RuntimeOverheads:
-        return self.source.runtime_for(ranks) if self.runtime else RuntimeOverheads()
+    def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
+        return self.source.runtime_for(ranks, global_batch) if self.runtime else RuntimeOverheads()
 
     def overlap_for(self, ranks: int) -> float:
         return self.source.overlap_for(ranks)
@@ -70,7 +70,7 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
     steps = [GapStep(f"nothing: the ideal p·m/(m+p-1), p={pp.devices}, m={pp.microbatches}",
                      ideal_speedup(pp.devices, pp.microbatches))]
     added = {"update": False, "slowdown": False, "transfers": False, "runtime": False}
-    runtime = source.runtime_for(pp.devices)
+    runtime = source.runtime_for(pp.devices, pp.global_batch)
     terms = [term for term in (cost_model(s.strategy).residual for s in (pp, mp)) if term]
     labels = {
         "stages": "the stages as split (their calibrated forward and backward times)",

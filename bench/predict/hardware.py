@@ -154,7 +154,7 @@ class RooflineSource:
             share = max(share, 0.8)
         return share
 
-    def runtime_for(self, ranks: int) -> RuntimeOverheads:
+    def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         """The runtimes' own costs (hooks, bucketing) are not on a data sheet: the launch floor stands for them."""
         return RuntimeOverheads()
 

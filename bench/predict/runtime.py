@@ -4,8 +4,9 @@ Hooks, bucketing, DTensor dispatch, a pipeline schedule's bookkeeping per action
 compute or a collective's curve, and on small models it is most of a step (a 2-rank pp step of the tiny mlp
 idles most of its time between actions). So calibration runs each strategy whose cost model names a
 ``residual`` (``ddp``, ``zero1``, ``fsdp``, ``tp``, ``pp``, on 4 ranks or more ``hybrid`` dp x pp) on the
-model being calibrated, at a small batch, on N processes, and keeps what each step took beyond what its cost
-model predicts for that very run with no runtime cost, in the unit it grows with: per step (ddp; zero1
+model being calibrated, on N processes, at two global batches the sweep does not use (a small one, and one
+half again the calibrated batch: ``reference_global_batches``), and keeps what each step took beyond what its
+cost model predicts for that very run with no runtime cost, in the unit it grows with: per step (ddp; zero1
 beyond ddp), per block (fsdp), per parallelized layer (tp), per schedule action (pp), per step beyond pp's
 (hybrid); and, where the reference run measures its bubble (pp), the share of its residual spent between the
 actions rather than in them (``idle_share``). Each device count is measured on that many processes: on
@@ -13,6 +14,11 @@ shared cores 4 ranks wait for each other far longer than 2 do. ``mp`` runs in on
 run is timed in the calibrating process itself, per micro-batch, at each device count (its stages): a tiny
 model's micro-batch can spend as long handing over between stages and in the step's bookkeeping as in its
 blocks (on the 2-core VM: 0 at 2 stages, 0.2-0.4 ms at 4 for the tiny mlp and transformer).
+
+Each term is the line through its two batches, unclamped (a term below zero where the cost model, not the
+runtime, overcounts): from one small batch alone, tp's per-layer term came out the same at every batch and tp
+on the small mlp at 64 samples was predicted 15-28% short in four main jobs, the copies and reshapes around
+DTensor's layers growing with the batch.
 
 The runtimes' cost is the model's own: one reference model for all (the tiny mlp, 2 parameter tensors
 per block) left the transformer (16 per block, attention's DTensor views) 20-45% slower under ddp, fsdp,
@@ -36,8 +42,14 @@ from strategies.mesh import DIMS
 
 MICROBATCHES = 4
 REFERENCE_STEPS = 16
-"""Timed steps per reference run in each group. Their steps take milliseconds, and the median of 8 left
-zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the 2-core VM."""
+"""Timed steps per reference run at the small batch in each group. Their steps take milliseconds, and the
+median of 8 left zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the
+2-core VM."""
+LARGE_REFERENCE_STEPS = 8
+"""At the larger batch, whose steps take tens of milliseconds on the small presets."""
+LARGER = 1.5
+"""The larger reference batch over the calibrated one: beyond the sweep's batch, so that its runs are held out
+and between the two reference batches."""
 
 
 def in_process(strategy: str) -> bool:
@@ -91,17 +103,31 @@ def reference_batches(ranks: int, per_rank: int = PER_RANK) -> list[int]:
     return sorted({per_rank, max(1, ranks * per_rank // MICROBATCHES), ranks * per_rank})
 
 
-def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, RunConfig]:
+def reference_global_batches(ranks: int, calibrated_batch: int | None) -> list[int]:
+    """The global batches the reference runs on ``ranks`` ranks take: ``ranks * reference_per_rank``, and the
+    least multiple of ``ranks * MICROBATCHES`` (every rank's share split into the pipelines' micro-batches) at
+    least ``LARGER`` times the calibrated batch (4 times the small one where none is given)."""
+    small = ranks * reference_per_rank(ranks, calibrated_batch)
+    unit = ranks * MICROBATCHES
+    target = LARGER * calibrated_batch if calibrated_batch else 4 * small
+    large = max(unit, -(-int(target) // unit) * unit)
+    return sorted({small, large if large not in (small, calibrated_batch) else large + unit})
+
+
+def reference_configs(calibrated: RunConfig, out: str, ranks: int,
+                      global_batch: int | None = None) -> dict[str, RunConfig]:
     """The reference runs on ``ranks`` ranks: each strategy whose cost model fits a residual there
     (``CostModel.reference_options``), in the registry's order (zero1's residual is what it costs beyond
-    ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, a global batch of
-    ``ranks * reference_per_rank``, the default options."""
+    ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, at ``global_batch`` (None: the
+    small reference batch, ``ranks * reference_per_rank``), the default options."""
     workload = calibrated.workload
+    small = ranks * reference_per_rank(ranks, calibrated.run.batch_size)
+    batch = global_batch or small
     base = RunConfig.from_flags(out=out, accelerator=calibrated.run.accelerator, backend=calibrated.run.backend,
                                 optimizer=workload.optimizer, precision="fp32", model=workload.model,
-                                preset=workload.preset, norm=workload.norm,
-                                batch_size=ranks * reference_per_rank(ranks, calibrated.run.batch_size),
-                                steps=REFERENCE_STEPS, warmup=2, devices=ranks)
+                                preset=workload.preset, norm=workload.norm, batch_size=batch,
+                                steps=REFERENCE_STEPS if batch <= small else LARGE_REFERENCE_STEPS, warmup=2,
+                                devices=ranks)
     configs = {}
     for name in predicted_strategies():
         # flags by name, which mypy cannot match to their sections: with_flags and resolve check them
@@ -118,8 +144,8 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int) -> dict[str, 
 def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig],
               step_ms: dict[str, float]) -> RuntimeOverheads:
     """Each reference run's measured median step (``step_ms``) less what ``calibration`` predicts for it
-    with the residuals found so far, over its unit; never below zero (a runtime gives no time back). Where
-    the run measured its bubble too (``bubble_key``), the share of that residual spent outside the spans."""
+    with the residuals found so far, over its unit (below zero where the cost model overcounts). Where the run
+    measured its bubble too (``bubble_key``), the share of that residual spent outside the spans."""
     from bench.predict.collectives import bubble_key
 
     found = RuntimeOverheads()
@@ -131,7 +157,7 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
         states = optimizer_states(config.workload.optimizer)
         predicted = predict_step(calibration.with_runtime(ranks, found), scenario, states).step_ms
         units = model.runtime_units(scenario, len(calibration.blocks(1)))
-        found = RuntimeOverheads(found, **{model.residual: max(0.0, step_ms[name] - predicted) / max(1, units)})
+        found = RuntimeOverheads(found, **{model.residual: (step_ms[name] - predicted) / max(1, units)})
         if model.idle_residual and bubble_key(name) in step_ms:
             found = _with_idle_share(calibration, ranks, found, model, scenario, states, step_ms[bubble_key(name)])
     return found
@@ -183,7 +209,7 @@ def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
 
     step_ms = {}
     for name, config in configs.items():
-        if not in_process(name):
+        if not in_process(config.strategy):
             continue
         open_window()  # this process's account so far holds the calibration's own processes: other work to it
         step_ms[name], verdict = undisturbed_step_ms(config)
