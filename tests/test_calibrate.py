@@ -93,3 +93,26 @@ def test_a_sweeps_hybrid_mesh_calibrates_its_model_without_its_strategys_options
     calibration = calibrate(config, devices=(1,), microbatches=(1,), largest=1024, repeats=1)
     assert (calibration.model, calibration.preset) == ("mlp", "tiny")
     assert calibration.fitted_runs and all('"strategy": "single"' in key for key in calibration.fitted_runs)
+
+
+def test_the_compute_is_measured_again_while_its_plain_step_strays_from_its_canary(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from bench.predict.calibrate import steady_compute
+    from bench.predict.calibration import BlockCost, Canary, ComputeCosts, Line
+    from bench.predict.compute import plain_step_ms
+
+    def costs(step_ms: float) -> ComputeCosts:  # one block timed at batches 32 and 64, its whole step at 64
+        block = BlockCost(Line.fit([(32, 5.0), (64, 10.0)]), Line.fit([(32, 10.0), (64, 20.0)]), 1000, 1.0, 1.0)
+        return ComputeCosts([block], 0.0, Line.fit([(32, 0.0), (64, step_ms - 30.0)]))
+
+    canary = Canary(threads=2, batch=64, ms=30.0)
+    tries = iter([36.0, 31.0, 30.5])  # a burst of other work, then quiet
+    kept = steady_compute(lambda: costs(next(tries)), canary)
+    assert plain_step_ms(kept, 64) == pytest.approx(31.0) and "+20% off its canary" in caplog.text
+    assert next(tries) == 30.5  # within 10% of the canary: not measured a third time
+    always = iter([36.0, 40.0, 34.0])  # disturbed every time: the nearest try, said so
+    assert plain_step_ms(steady_compute(lambda: costs(next(always)), canary), 64) == pytest.approx(34.0)
+    assert "keeping the nearest try" in caplog.text
+    # a canary at a batch the blocks were not timed at, or none, checks nothing
+    assert plain_step_ms(steady_compute(lambda: costs(50.0), Canary(2, 16, 30.0)), 64) == pytest.approx(50.0)
+    assert plain_step_ms(steady_compute(lambda: costs(50.0), None), 64) == pytest.approx(50.0)

@@ -91,6 +91,14 @@ def optimizer_ms_per_parameter(spec: ModelSpec, build: Callable, device: torch.d
     return statistics.median(steps) / max(1, sum(p.numel() for p in params))
 
 
+def plain_step_ms(costs: ComputeCosts, batch: int) -> float:
+    """A plain training step at ``batch`` samples as ``costs`` puts it together: every block's forward and
+    backward, the update, and the step's own overhead (which its whole steps' median fitted at each timed batch)."""
+    passes = sum(b.forward_ms.at(batch) + b.backward_ms.at(batch) for b in costs.blocks)
+    update = costs.optimizer_ms_per_parameter * sum(b.parameters for b in costs.blocks)
+    return passes + update + costs.step_overhead_ms.signed_at(batch)
+
+
 def timed_batches(costs: ComputeCosts) -> list[int]:
     """The batches ``compute_costs`` timed the blocks at: those of the ones asked where the model trains."""
     return [int(n) for n, _ in costs.blocks[0].forward_ms.points]
