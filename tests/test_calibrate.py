@@ -82,6 +82,7 @@ def test_bench_calibrate_on_a_machine_never_quiet_says_so_in_one_line(monkeypatc
     assert not (tmp_path / "cal.json").exists()
 
 
+@pytest.mark.launches  # the canaries run in forked processes
 def test_a_sweeps_hybrid_mesh_calibrates_its_model_without_its_strategys_options() -> None:
     """`bench sweep --strategies hybrid --dp-shard 2 --tp 2` calibrated the mlp for 107 s, then dropped the file
     ("--dp-shard 2 is for hybrid, not single": single's plain steps were resolved with hybrid's degrees)."""
@@ -92,7 +93,10 @@ def test_a_sweeps_hybrid_mesh_calibrates_its_model_without_its_strategys_options
                                           microbatches=1, batch_size=8))
     calibration = calibrate(config, devices=(1,), microbatches=(1,), largest=1024, repeats=1)
     assert (calibration.model, calibration.preset) == ("mlp", "tiny")
-    assert calibration.fitted_runs and all('"strategy": "single"' in key for key in calibration.fitted_runs)
+    # single's plain steps and ddp's one-process reference runs, at their own options
+    assert calibration.fitted_runs and all('"strategy": "single"' in key or '"strategy": "ddp"' in key
+                                           for key in calibration.fitted_runs)
+    assert all('"dp_shard": null' in key and '"tp": null' in key for key in calibration.fitted_runs)
 
 
 def test_the_compute_is_measured_again_while_its_plain_step_strays_from_its_canary(

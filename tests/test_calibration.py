@@ -64,8 +64,23 @@ def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_ru
     assert step.exposed_comm_ms == pytest.approx(5.0 + 7.0)
 
 
+def test_ddp_on_one_device_pays_the_runtime_measured_on_one_process_and_collectives_ignore_that_entry() -> None:
+    two = {**FREE, "all_reduce": Curve([(1, 1.0), (2**30, 1.0)])}
+    calibration = dataclasses.replace(equal_blocks(2), communication={
+        1: Communication({}, RuntimeOverheads(ddp_per_step=0.25)),
+        2: Communication(two, RuntimeOverheads(ddp_per_step=3.0), 0.5, 0.04)})
+    assert calibration.runtime_for(1)["ddp_per_step"] == 0.25 and calibration.runtime_for(2)["ddp_per_step"] == 3.0
+    assert calibration.collective_ms("all_reduce", 1e6, 3) == 1.0  # the nearest count with collectives: 2, not 1
+    assert calibration.overlap_for(1) == 0.5 and calibration.spread_for(2) == 0.04
+    alone = dataclasses.replace(calibration, communication={1: calibration.communication[1]})
+    assert alone.runtime_for(1)["ddp_per_step"] == 0.25 and alone.overlap_for(2) == 1.0
+    with pytest.raises(KeyError, match="no collectives measured"):
+        alone.collective_ms("all_reduce", 1e6, 2)
+
+
 def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None:
-    canaries = {1: Canary(threads=2, batch=64, ms=3.5), 2: Canary(threads=1, batch=32, ms=4.25)}
+    canaries = (Canary(threads=2, batch=64, ms=3.5), Canary(threads=1, batch=32, ms=4.25))
     calibration = dataclasses.replace(equal_blocks(2), canaries=canaries)
     calibration.save(tmp_path / "c.json")
-    assert Calibration.load(tmp_path / "c.json").canaries == canaries
+    loaded = Calibration.load(tmp_path / "c.json")
+    assert loaded.canaries == canaries and loaded.canary_for(1, 32) == canaries[1] and loaded.canary_for(1, 64) is None

@@ -3,18 +3,22 @@ of the prediction."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 import models
 from bench.predict.calibration import Canary
 from bench.predict.canary import canary_ms, corrected, drift_fields
+from strategies.base import OptimizerChoice
 
 
+@pytest.mark.launches
 def test_the_canary_is_the_model_s_own_step_a_positive_time_that_repeats_within_a_factor() -> None:
-    spec = models.build_model("mlp", "tiny", "batch")
-    first, second = (canary_ms(spec, 8, 1, lambda p: torch.optim.SGD(p, lr=0.1), torch.device("cpu"))
-                     for _ in range(2))
+    make_spec = functools.partial(models.build_model, "mlp", "tiny", "batch")
+    build = OptimizerChoice(torch.optim.SGD, {"lr": 0.1}).build  # picklable: the canary runs in a forked process
+    first, second = (canary_ms(make_spec, 8, 1, build, torch.device("cpu")) for _ in range(2))
     assert first > 0 and second > 0 and 0.2 < first / second < 5
 
 
@@ -42,3 +46,13 @@ def test_a_drift_scales_every_predicted_time_and_keeps_the_step_at_calibration()
     assert slower["predicted_timeline"] == [{"rank": 0, "start_ms": pytest.approx(1.2), "end_ms": pytest.approx(3.6)}]
     unmeasured = corrected(prediction, None)
     assert unmeasured["predicted_step_time_ms"] == unmeasured["predicted_step_time_ms_at_calibration"] == 10.0
+
+
+def test_a_runs_canary_is_one_pass_of_one_of_its_processes() -> None:
+    from bench.predict.canary import canary_layout
+    from strategies.cost_model import threads_per_process
+
+    cores = threads_per_process(1)
+    assert canary_layout(64, 1, 1) == (cores, 64)  # single, ddp on one device
+    assert canary_layout(64, 1, 4) == (cores, 16)  # mp: one process, 4 micro-batches
+    assert canary_layout(64, 2, 4) == (threads_per_process(2), 8)  # pp: each rank's micro-batch

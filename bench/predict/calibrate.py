@@ -21,7 +21,7 @@ from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Canary, Communication, ComputeCosts
-from bench.predict.canary import DRIFT_LIMIT, canary_ms
+from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs, plain_step_ms, slowdown, timed_batches
 from bench.predict.runtime import (
@@ -73,13 +73,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     # A GPU's compute does not depend on the host threads; a CPU process's does, on its share of the cores.
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
-    canaries_before = _canaries(config, make_spec, devices, device)
+    canaries_before = _canaries(config, make_spec, devices, microbatches, device)
     costs = {}
-    steps = tqdm(total=len(threads) + len(parallel), desc="calibrate", unit="step")
+    steps = tqdm(total=len(threads) + len(parallel) + 1, desc="calibrate", unit="step")
     before = torch.get_num_threads()
     for t in threads:
         torch.set_num_threads(t)
-        canary = next((c for c in canaries_before.values() if c.threads == t), None)
+        canary = max((c for c in canaries_before if c.threads == t), key=lambda c: c.batch, default=None)
         measure = functools.partial(compute_costs, make_spec, batches, optimizer_choice(config).build, device,
                                     repeats)
         costs[t] = steady_compute(measure, canary)
@@ -89,6 +89,10 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
     ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
     communication, slow, references = {}, {}, {}
+    # ddp on one device runs its reducer with no peer: its runtime is its own, not the one 2 processes fitted
+    # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs)
+    communication[1], references[1] = _communication(config, 1, largest, groups)
+    steps.update()
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
@@ -109,8 +113,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         calibration = calibration.with_runtime_line(d, at_batch)
     fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
     fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))
-    for processes, after in _canaries(config, make_spec, devices, device).items():
-        first = canaries_before[processes]
+    for first, after in zip(canaries_before, _canaries(config, make_spec, devices, microbatches, device),
+                            strict=True):
         if abs(after.ms / first.ms - 1) > DRIFT_LIMIT:
             log.warning("the canary step of %d thread(s) at batch %d took %.2f ms before the calibration and %.2f "
                         "ms after it: the machine's speed moved while it was measured", first.threads,
@@ -149,13 +153,14 @@ def steady_compute(measure: Callable[[], ComputeCosts], canary: Canary | None,
 
 
 def _canaries(config: RunConfig, make_spec: Callable[[], ModelSpec], devices: tuple[int, ...],
-              device: torch.device) -> dict[int, Canary]:
-    """The canary of every layout a run of ``devices`` takes: one process (single, mp, one device), or as many
-    as its devices (each with its share of the cores and of the global batch)."""
+              microbatches: tuple[int, ...], device: torch.device) -> tuple[Canary, ...]:
+    """The canary of every layout a run of ``devices`` and ``microbatches`` takes: one process (single, mp, one
+    device) or as many as its devices, each with its share of the cores, stepping its share of the global batch
+    whole or in micro-batches (``canary_layout``)."""
     assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
-    spec, build = make_spec(), optimizer_choice(config).build
-    layouts = {p: (threads_per_process(p), max(1, config.run.batch_size // p)) for p in sorted({1, *devices})}
-    return {p: Canary(t, n, canary_ms(spec, n, t, build, device)) for p, (t, n) in layouts.items()}
+    build = optimizer_choice(config).build
+    layouts = sorted({canary_layout(config.run.batch_size, p, m) for p in {1, *devices} for m in {1, *microbatches}})
+    return tuple(Canary(t, n, canary_ms(make_spec, n, t, build, device)) for t, n in layouts)
 
 
 def _at_batch(named: dict[str, T], batch: int) -> dict[str, T]:
@@ -191,7 +196,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
         curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)
-    overlap, spread = reference_ms.pop("overlap"), reference_ms.pop("spread")
+    overlap, spread = reference_ms.pop("overlap", 1.0), reference_ms.pop("spread")
     return Communication(curves, overlap=overlap, spread=spread), (references, reference_ms)
 
 

@@ -185,9 +185,13 @@ class Calibration:
     env: dict[str, object] = field(default_factory=dict)
     fitted_runs: tuple[str, ...] | None = None
     """The reference runs whose timings entered it (runtime.fitted_key); None: a file that predates them."""
-    canaries: dict[int, Canary] = field(default_factory=dict)
-    """bench/predict/canary.py's step at calibration, per count of processes a run spreads over (their layout:
-    threads and samples per process); empty: none timed."""
+    canaries: tuple[Canary, ...] = ()
+    """bench/predict/canary.py's step at calibration, for every layout a run takes (a process's threads and the
+    samples of each of its passes); empty: none timed."""
+
+    def canary_for(self, threads: int, batch: int) -> Canary | None:
+        """The canary timed at calibration for a process of ``threads`` threads stepping ``batch`` samples."""
+        return next((c for c in self.canaries if (c.threads, c.batch) == (threads, batch)), None)
 
     def blocks(self, threads: int) -> list[BlockCost]:
         return self.threads[self._nearest(threads)].blocks
@@ -236,18 +240,20 @@ class Calibration:
     def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         """The runtimes' residuals measured on ``ranks`` processes (else on the nearest count measured), on their
         line at ``global_batch``."""
-        if not self.communication:
+        if ranks in self.communication:  # one process's own (ddp alone), or those ranks'
+            return self.communication[ranks].runtime_at(global_batch)
+        if not self._collective_ranks():
             return RuntimeOverheads()
         return self.communication[self._nearest_ranks(ranks)].runtime_at(global_batch)
 
     def spread_for(self, processes: int) -> float:
         """The calibration's own spread where ``processes`` run: the half-width of a prediction's interval."""
-        if processes > 1 and self.communication:
+        if processes > 1 and self._collective_ranks():
             return self.communication[self._nearest_ranks(processes)].spread
         return self.threads[self._nearest(threads_per_process(processes))].spread
 
     def overlap_for(self, ranks: int) -> float:
-        return self.communication[self._nearest_ranks(ranks)].overlap if self.communication else 1.0
+        return self.communication[self._nearest_ranks(ranks)].overlap if self._collective_ranks() else 1.0
 
     def with_runtime(self, ranks: int, runtime: RuntimeOverheads, global_batch: int = 0) -> Calibration:
         """This calibration with ``runtime`` as the residuals on ``ranks`` processes (measured there, at
@@ -269,10 +275,14 @@ class Calibration:
         measured = dataclasses.replace(line.communication[ranks], runtime_per_sample=slope)
         return dataclasses.replace(line, communication={**line.communication, ranks: measured})
 
+    def _collective_ranks(self) -> list[int]:
+        """The process counts the collectives were measured on (one process's entry holds only its runtimes)."""
+        return [n for n in self.communication if n > 1]
+
     def _nearest_ranks(self, ranks: int) -> int:
-        if not self.communication:
+        if not self._collective_ranks():
             raise KeyError("no collectives measured (one GPU cannot host two ranks)")
-        return min(self.communication, key=lambda n: (abs(n - ranks), -n))
+        return min(self._collective_ranks(), key=lambda n: (abs(n - ranks), -n))
 
     def _nearest(self, threads: int) -> int:
         return min(self.threads, key=lambda t: (abs(t - threads), t))
@@ -308,8 +318,8 @@ class Calibration:
                        data["backend"], data["machine"], threads, communication,
                        {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}),
                        tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None,
-                       {int(n): Canary(int(c["threads"]), int(c["batch"]), float(c["ms"]))
-                        for n, c in data.get("canaries", {}).items()})
+                       tuple(Canary(int(c["threads"]), int(c["batch"]), float(c["ms"]))
+                             for c in data.get("canaries", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 

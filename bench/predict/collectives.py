@@ -31,6 +31,7 @@ from bench.harness.ranks import become_rank, start_ranks
 from bench.harness.runner import RunResult, step_times_ms, train
 from bench.predict.calibration import Curve
 from bench.predict.compute import half_range
+from strategies.cost_model import threads_per_process
 from strategies.distributed import process_group, torchrun_topology
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def _operations_per_repeat(size: int) -> int:
 def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequence[int], timeout_s: float,
             references: dict[str, RunConfig]) -> None:
     become_rank(rank, world, folder)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads_per_process(world))  # as a run's ranks have: one ddp rank alone has every core
     topo = torchrun_topology(accelerator)
     device = topo.devices[0]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -109,7 +110,7 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
             steps[name] = statistics.median(step_times_ms(result.ranks))
             if (bubble := result.strategy_fields.get("measured_bubble_fraction")) is not None:
                 steps[bubble_key(name)] = bubble  # where the runtime's residual falls: in the spans or between
-        for name in OPERATIONS:
+        for name in OPERATIONS if world > 1 else ():  # one rank alone runs only its reference runs
             points = []
             for size in sizes:
                 run = _operation(name, size, world, rank, device)
@@ -126,7 +127,8 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 points.append((size, statistics.median(slowest.tolist()) * 1e3))
             results[name] = points
-        steps["overlap"] = _overlap(device, sync)
+        if world > 1:
+            steps["overlap"] = _overlap(device, sync)
     if rank == 0:
         torch.save((results, steps), os.path.join(folder, "collectives.pt"))
 
@@ -218,7 +220,7 @@ def measure_collectives(
             start_ranks(_worker, (world, folder, accelerator, list(sizes), timeout_s, references or {}), world)
             measured.append(torch.load(os.path.join(folder, "collectives.pt")))
     curves = {name: Curve(_monotone(_median_points([points[name] for points, _ in measured])))
-              for name in measured[0][0]}
+              for name in measured[0][0]}  # none on one process
     return curves, _median_over_groups([steps for _, steps in measured])
 
 

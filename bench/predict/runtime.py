@@ -132,7 +132,7 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int,
     for name in predicted_strategies():
         # flags by name, which mypy cannot match to their sections: with_flags and resolve check them
         extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, MICROBATCHES)
-        if extra is None:
+        if extra is None or strategy_class(name).min_devices > ranks:
             continue
         try:
             configs[name] = resolve(base.with_flags(strategy=name, **extra))

@@ -24,8 +24,9 @@ def knob_mismatch(calibration: Calibration, config: RunConfig) -> str | None:
 
 def nearest_count_notes(calibration: Calibration, devices: int) -> list[str]:
     """Says so where ``devices`` processes were not calibrated and the nearest count measured stands in."""
-    if devices <= 1 or devices in calibration.communication or not calibration.communication:
+    measured = [n for n in calibration.communication if n > 1]  # 1: one ddp rank's runtime, no collectives
+    if devices <= 1 or devices in measured or not measured:
         return []
-    nearest = min(calibration.communication, key=lambda n: (abs(n - devices), -n))
+    nearest = min(measured, key=lambda n: (abs(n - devices), -n))
     return [f"no collectives or runtimes measured on {devices} processes: predicted from those measured on "
             f"{nearest} (collective bytes scaled by the ring's share); calibrate --devices {devices} to measure them"]
