@@ -39,3 +39,13 @@ def test_ranks_fork_from_a_server_that_preloads_torch_and_the_suite() -> None:
     assert forkserver._forkserver._preload_modules == ranks.PRELOADED  # what the server imports once, then forks
     assert {"torch", "bench.harness.runner"} <= set(ranks.PRELOADED)
     assert ranks.rank_context() is context  # one server, shared by every group this process starts
+
+
+@pytest.mark.launches
+def test_a_call_in_a_forked_process_returns_its_value_or_raises_its_error_here() -> None:
+    from bench.harness.ranks import in_forked_process
+
+    assert in_forked_process(os.getpid) != os.getpid()
+    assert in_forked_process(divmod, 7, 2) == (3, 1)
+    with pytest.raises(ZeroDivisionError):
+        in_forked_process(divmod, 1, 0)

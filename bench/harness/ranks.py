@@ -10,10 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from multiprocessing.context import BaseContext
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from bench.harness.disturbance import open_window
 from bench.harness.processes import die_with_parent
 from strategies.distributed import RENDEZVOUS_FILE_VARIABLE
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext
+    from multiprocessing.queues import Queue
+
+T = TypeVar("T")
 
 
 def become_rank(rank: int, world_size: int, folder: str) -> None:
@@ -54,3 +61,28 @@ def start_ranks(target: Callable[..., None], args: tuple, nprocs: int, join: boo
 
     rank_context()
     return mp.start_processes(target, args=args, nprocs=nprocs, join=join, start_method="forkserver")
+
+
+def in_forked_process(function: Callable[..., T], *args: object, timeout_s: float = 600.0) -> T:
+    """``function(*args)`` run in one process forked from ``rank_context``'s server, as a run's processes are (a
+    fresh heap, the suite's allocator settings), and its result; its exception raised here. ``function`` and
+    ``args`` travel pickled: module-level functions, picklable values."""
+    context = cast("ForkServerContext", rank_context())  # typed a BaseContext, which typeshed gives no Process
+    results = context.Queue()
+    process = context.Process(target=_call_and_send, args=(function, args, results))
+    process.start()
+    try:
+        failed, value = results.get(timeout=timeout_s)
+    finally:
+        process.join(timeout=30)
+    if failed:
+        raise value
+    return value
+
+
+def _call_and_send(function: Callable[..., object], args: tuple, results: Queue) -> None:
+    die_with_parent()
+    try:
+        results.put((False, function(*args)))
+    except Exception as exc:  # raised again where it was asked for
+        results.put((True, exc))

@@ -19,11 +19,12 @@ import models
 from bench.harness.config import RunConfig, unread_groups_reset
 from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
+from bench.harness.ranks import in_forked_process
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Canary, Communication, ComputeCosts
 from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
-from bench.predict.compute import compute_costs, plain_step_ms, slowdown, timed_batches
+from bench.predict.compute import compute_costs_on, plain_step_ms, slowdown, timed_batches
 from bench.predict.runtime import (
     fitted_key,
     in_process,
@@ -76,16 +77,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     canaries_before = _canaries(config, make_spec, devices, microbatches, device)
     costs = {}
     steps = tqdm(total=len(threads) + len(parallel) + 1, desc="calibrate", unit="step")
-    before = torch.get_num_threads()
     for t in threads:
-        torch.set_num_threads(t)
         canary = max((c for c in canaries_before if c.threads == t), key=lambda c: c.batch, default=None)
-        measure = functools.partial(compute_costs, make_spec, batches, optimizer_choice(config).build, device,
-                                    repeats)
+        measure = functools.partial(in_forked_process, compute_costs_on, t, make_spec, batches,
+                                    optimizer_choice(config).build, device, repeats)
         costs[t] = steady_compute(measure, canary)
         batches = timed_batches(costs[t])  # a batch the model cannot train at is tried, and warned of, once
         steps.update()
-    torch.set_num_threads(before)
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
     ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
     communication, slow, references = {}, {}, {}

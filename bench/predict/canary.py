@@ -19,20 +19,14 @@ collective's wait, a pipeline's idle time) are assumed to move with the cores th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
 
 import torch
 
-from bench.harness.processes import die_with_parent
-from bench.harness.ranks import rank_context
+from bench.harness.ranks import in_forked_process
 from bench.predict.calibration import Canary
 from bench.predict.compute import whole_step_ms
 from models.spec import ModelSpec
 from strategies.cost_model import threads_per_process
-
-if TYPE_CHECKING:
-    from multiprocessing.context import ForkServerContext
-    from multiprocessing.queues import Queue
 
 STEPS = 3
 """The canary is the quickest of these plain steps (after one warm-up): noise only adds time."""
@@ -47,22 +41,13 @@ def canary_ms(make_spec: Callable[[], ModelSpec], batch: int, threads: int, buil
     (bench/harness/ranks.py): a fresh heap, not the calibrating or sweeping process's. Timed in the sweep's own
     process, the one-thread canary read 2-7% above its calibration through a main job whose runs had not moved,
     and twice 18-19% above (a burst there) where the runs beside it read as predicted."""
-    # rank_context is typed as a BaseContext, which typeshed gives no Process: it is the forkserver context
-    context = cast("ForkServerContext", rank_context())
-    results = context.Queue()
-    process = context.Process(target=_time_canary, args=(make_spec, batch, threads, build_optimizer, device, results))
-    process.start()
-    try:
-        return float(results.get(timeout=timeout_s))
-    finally:
-        process.join(timeout=30)
+    return in_forked_process(_time_canary, make_spec, batch, threads, build_optimizer, device, timeout_s=timeout_s)
 
 
 def _time_canary(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
-                 device: torch.device, results: Queue) -> None:
-    die_with_parent()
+                 device: torch.device) -> float:
     torch.set_num_threads(threads)
-    results.put(min(whole_step_ms(make_spec(), batch, build_optimizer, device, STEPS)))
+    return min(whole_step_ms(make_spec(), batch, build_optimizer, device, STEPS))
 
 
 def canary_layout(global_batch: int, processes: int, microbatches: int) -> tuple[int, int]:

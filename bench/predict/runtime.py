@@ -31,13 +31,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 import models
 from bench.harness.config import RunConfig, resolve
+from bench.harness.disturbance import Verdict
+from bench.harness.ranks import in_forked_process
 from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import Scenario, scenario_for
 from strategies import REFERENCE, ConfigError, Launch, strategy_class
-from strategies.cost_model import CostModel, RuntimeOverheads
+from strategies.cost_model import CostModel, RuntimeOverheads, threads_per_process
 from strategies.mesh import DIMS
 
 MICROBATCHES = 4
@@ -163,6 +167,16 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
     return found
 
 
+def reference_step_ms(config: RunConfig) -> tuple[float, Verdict]:
+    """``collectives.undisturbed_step_ms`` of a one-process reference run, on every core, judged from here on."""
+    from bench.harness.disturbance import open_window
+    from bench.predict.collectives import undisturbed_step_ms
+
+    torch.set_num_threads(threads_per_process(1))
+    open_window()
+    return undisturbed_step_ms(config)
+
+
 def _with_idle_share(calibration: Calibration, ranks: int, found: RuntimeOverheads, model: CostModel,
                      scenario: Scenario, states: int, measured_bubble: float) -> RuntimeOverheads:
     """``found`` with ``model``'s idle term: the part of its residual at which its reference run (``scenario``)
@@ -198,21 +212,19 @@ def idle_share(bubble_at: Callable[[float], float], measured: float, steps: int 
 
 
 def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
-    """The median step of each reference run of one process (``in_process``), run here, with this process's
-    threads (as a sweep's one-process run has every core), judged and run again as the ranks' reference runs
-    are (``collectives.undisturbed_step_ms``), but refused where every try was disturbed: there is no median
-    over groups to outvote it, and mp's residual on the small cnn at 4 stages came out 133 ms a micro-batch from
-    a reference run taken beside a test run, and every mp prediction of that model followed it (+160% and +180%)."""
-    from bench.harness.disturbance import open_window
-    from bench.predict.collectives import REFERENCE_TRIES, undisturbed_step_ms
+    """The median step of each reference run of one process (``in_process``), run in a process forked for it
+    with every core (as a sweep's one-process run is), judged and run again as the ranks' reference runs are
+    (``collectives.undisturbed_step_ms``), but refused where every try was disturbed: there is no median over
+    groups to outvote it, and mp's residual on the small cnn at 4 stages came out 133 ms a micro-batch from a
+    reference run taken beside a test run, and every mp prediction of that model followed it (+160% and +180%)."""
+    from bench.predict.collectives import REFERENCE_TRIES
     from bench.predict.compute import Disturbed
 
     step_ms = {}
     for name, config in configs.items():
         if not in_process(config.strategy):
             continue
-        open_window()  # this process's account so far holds the calibration's own processes: other work to it
-        step_ms[name], verdict = undisturbed_step_ms(config)
+        step_ms[name], verdict = in_forked_process(reference_step_ms, config)
         if verdict.disturbed:
             raise Disturbed(f"{name}'s reference run was disturbed in {REFERENCE_TRIES} tries ({verdict.reason}); "
                             "calibrate on a quiet machine")
