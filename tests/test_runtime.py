@@ -133,9 +133,8 @@ def test_reference_runs_avoid_the_global_batch_they_were_calibrated_for(tmp_path
 def test_an_in_process_reference_run_that_other_work_disturbed_is_run_again(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from bench.harness.disturbance import Verdict
-    from bench.predict import collectives
+    from bench.predict import collectives, runtime
     from bench.predict.compute import Disturbed
-    from bench.predict import runtime
     from bench.predict.runtime import in_process_step_ms
 
     # here, not in a forked process: the patches below hold in this one
