@@ -80,7 +80,8 @@ def test_ddp_on_one_device_pays_the_runtime_measured_on_one_process_and_collecti
 
 def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None:
     canaries = (Canary(threads=2, batch=64, ms=3.5), Canary(threads=1, batch=32, ms=4.25))
-    calibration = dataclasses.replace(equal_blocks(2), canaries=canaries)
+    calibration = dataclasses.replace(equal_blocks(2), canaries=canaries, global_batch=64)
     calibration.save(tmp_path / "c.json")
     loaded = Calibration.load(tmp_path / "c.json")
     assert loaded.canaries == canaries and loaded.canary_for(1, 32) == canaries[1] and loaded.canary_for(1, 64) is None
+    assert loaded.global_batch == 64

@@ -184,10 +184,12 @@ def _source(args: argparse.Namespace) -> tuple[CostSource, str, str, float | Non
 
 
 def _default_batch(args: argparse.Namespace, source: CostSource) -> int:
-    """A calibration's own global batch (its blocks were timed up to it: a larger one would be extrapolated);
-    for a hardware profile, the preset's batch per device on every device."""
+    """A calibration's own global batch (the one it was calibrated for; in a file from before the field, its
+    one-process canary's, else the largest its blocks were timed at); for a hardware profile, the preset's batch
+    per device on every device."""
     if isinstance(source, Calibration):
-        return int(max(n for n, _ in source.blocks(1)[0].forward_ms.points))
+        return (source.global_batch or max((c.batch for c in source.canaries), default=0)
+                or int(max(n for n, _ in source.blocks(1)[0].forward_ms.points)))
     import torch
 
     import models

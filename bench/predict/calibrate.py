@@ -118,7 +118,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
                         "ms after it: the machine's speed moved while it was measured", first.threads,
                         first.batch, first.ms, after.ms)
     # the canaries from before: the compute the predictions rest on was timed right after them
-    return dataclasses.replace(calibration, fitted_runs=fitted_runs, canaries=canaries_before)
+    return dataclasses.replace(calibration, fitted_runs=fitted_runs, global_batch=config.run.batch_size,
+                               canaries=canaries_before)
 
 
 COMPUTE_TRIES = 3

@@ -185,6 +185,8 @@ class Calibration:
     env: dict[str, object] = field(default_factory=dict)
     fitted_runs: tuple[str, ...] | None = None
     """The reference runs whose timings entered it (runtime.fitted_key); None: a file that predates them."""
+    global_batch: int | None = None
+    """The global batch it was calibrated for (a sweep's); None: a file that predates the field."""
     canaries: tuple[Canary, ...] = ()
     """bench/predict/canary.py's step at calibration, for every layout a run takes (a process's threads and the
     samples of each of its passes); empty: none timed."""
@@ -318,6 +320,7 @@ class Calibration:
                        data["backend"], data["machine"], threads, communication,
                        {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}),
                        tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None,
+                       int(data["global_batch"]) if data.get("global_batch") else None,
                        tuple(Canary(int(c["threads"]), int(c["batch"]), float(c["ms"]))
                              for c in data.get("canaries", ())))
         except (KeyError, TypeError, ValueError) as exc:
