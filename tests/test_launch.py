@@ -78,3 +78,11 @@ def test_a_failed_or_stopped_run_ends_with_torchruns_exit_code_and_one_line(
     _agent(monkeypatch, outcome)
     assert launch.launch_local(2, ["run"], "cpu") == code
     assert capsys.readouterr().err.startswith("bench run: ")
+
+
+def test_ranks_that_share_the_cores_sleep_while_they_wait_and_one_rank_alone_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert launch.torchrun_env(2, "cpu")["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in launch.torchrun_env(1, "cpu")  # no peer to starve: sleeping cost it 15% a step
+    assert launch.torchrun_env(1, "cpu")["OMP_NUM_THREADS"] == str(launch.threads_per_process(1))
