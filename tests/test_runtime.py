@@ -234,7 +234,10 @@ def test_each_residual_is_the_line_through_its_two_reference_batches(tmp_path: P
     assert calibration.runtime_for(2, 8)["tp_per_layer"] == pytest.approx(0.5)
     assert calibration.runtime_for(2, 64)["tp_per_layer"] == pytest.approx(0.5 + 2.2 * 56 / 88)
     assert calibration.runtime_for(2, 64)["ddp_per_step"] == pytest.approx(2.0 - 2.2 * 56 / 88)
-    assert calibration.runtime_for(2, 128)["ddp_per_step"] < 0  # beyond both, the line goes on, unclamped
+    assert calibration.runtime_for(2, 96)["ddp_per_step"] == pytest.approx(-0.2)  # unclamped: below zero as measured
+    # beyond the two, each term stays at the nearer one's value
+    assert calibration.runtime_for(2, 128)["ddp_per_step"] == pytest.approx(-0.2)
+    assert calibration.runtime_for(2, 4)["tp_per_layer"] == pytest.approx(0.5)
     assert calibration.runtime_for(2)["tp_per_layer"] == 0.5  # no batch: where the small runs measured it
     path = tmp_path / "c.json"
     calibration.save(path)

@@ -79,8 +79,11 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     steps = tqdm(total=len(threads) + len(parallel) + 1, desc="calibrate", unit="step")
     for t in threads:
         canary = max((c for c in canaries_before if c.threads == t), key=lambda c: c.batch, default=None)
-        measure = functools.partial(in_forked_process, compute_costs_on, t, make_spec, batches,
-                                    optimizer_choice(config).build, device, repeats)
+        # forked on a CPU, as the runs' processes are; on a GPU here (no glibc heap in its timings, and each
+        # forked process would pay CUDA's start)
+        run = in_forked_process if not cuda else (lambda function, *args: function(*args))
+        measure = functools.partial(run, compute_costs_on, t, make_spec, batches, optimizer_choice(config).build,
+                                    device, repeats)
         costs[t] = steady_compute(measure, canary)
         batches = timed_batches(costs[t])  # a batch the model cannot train at is tried, and warned of, once
         steps.update()
@@ -88,8 +91,10 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
     communication, slow, references = {}, {}, {}
     # ddp on one device runs its reducer with no peer: its runtime is its own, not the one 2 processes fitted
-    # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs)
-    communication[1], references[1] = _communication(config, 1, largest, groups)
+    # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs). Not on a GPU yet:
+    # 3 groups of a CUDA process each, untimed against bench/gpu_check.sh's budget.
+    if not cuda:
+        communication[1], references[1] = _communication(config, 1, largest, groups)
     steps.update()
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),

@@ -143,14 +143,20 @@ class Communication:
     runtime_per_sample: RuntimeOverheads = field(default_factory=RuntimeOverheads)
     """Each residual term's change per sample of global batch: the line through the reference runs at two
     batches (bench/predict/runtime.py); empty where they ran at one, the terms then the same at every batch."""
+    runtime_last_batch: int = 0
+    """The larger reference batch: beyond the two, a term stays at the nearer one's value."""
 
     def runtime_at(self, global_batch: float | None) -> RuntimeOverheads:
-        """The residual terms on the line through the reference runs, at ``global_batch`` (None: at theirs)."""
+        """The residual terms on the line through the reference runs, at ``global_batch`` (None: at theirs),
+        held at the nearer reference batch's beyond them: the line's slope is the difference of two measured
+        terms over a few dozen samples, and carried on past them it took a tiny mlp's predicted step below zero
+        at half the smaller reference batch."""
         if global_batch is None or not self.runtime_per_sample:
             return self.runtime
+        within = min(max(global_batch, self.runtime_batch), self.runtime_last_batch or global_batch)
         terms = {*self.runtime, *self.runtime_per_sample}
         return RuntimeOverheads({term: self.runtime[term] + self.runtime_per_sample[term] *
-                                 (global_batch - self.runtime_batch) for term in terms})
+                                 (within - self.runtime_batch) for term in terms})
 
 
 @dataclass(frozen=True)
@@ -274,7 +280,7 @@ class Calibration:
         last, at_last = rest[-1]
         terms = {*runtime, *at_last}
         slope = RuntimeOverheads({term: (at_last[term] - runtime[term]) / (last - first) for term in terms})
-        measured = dataclasses.replace(line.communication[ranks], runtime_per_sample=slope)
+        measured = dataclasses.replace(line.communication[ranks], runtime_per_sample=slope, runtime_last_batch=last)
         return dataclasses.replace(line, communication={**line.communication, ranks: measured})
 
     def _collective_ranks(self) -> list[int]:
@@ -349,4 +355,4 @@ def _communication(data: dict[str, Any]) -> Communication:
               for name, c in data["collectives"].items()}
     return Communication(curves, RuntimeOverheads(**data["runtime"]), float(data["overlap"]),
                          float(data.get("spread", 0.0)), int(data.get("runtime_batch", 0)),
-                         RuntimeOverheads(**data.get("runtime_per_sample", {})))
+                         RuntimeOverheads(**data.get("runtime_per_sample", {})), int(data.get("runtime_last_batch", 0)))

@@ -37,17 +37,24 @@ DRIFT_LIMIT = 0.10
 def canary_ms(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
               device: torch.device, timeout_s: float = 120.0) -> float:
     """The quickest of ``STEPS`` plain training steps of ``make_spec()``'s model at ``batch`` samples on
-    ``threads`` threads, in a process forked for it from the suite's fork server, as a run's processes are
-    (bench/harness/ranks.py): a fresh heap, not the calibrating or sweeping process's. Timed in the sweep's own
-    process, the one-thread canary read 2-7% above its calibration through a main job whose runs had not moved,
-    and twice 18-19% above (a burst there) where the runs beside it read as predicted."""
+    ``threads`` threads, on a CPU in a process forked for it from the suite's fork server, as a run's processes
+    are (bench/harness/ranks.py): a fresh heap, not the calibrating or sweeping process's. Timed in the sweep's
+    own process, the one-thread canary read 2-7% above its calibration through a main job whose runs had not
+    moved, and twice 18-19% above (a burst there) where the runs beside it read as predicted. On a GPU here,
+    where the heap is the device's caching allocator's and each forked process would pay CUDA's start first."""
+    if device.type == "cuda":
+        return _time_canary(make_spec, batch, threads, build_optimizer, device)
     return in_forked_process(_time_canary, make_spec, batch, threads, build_optimizer, device, timeout_s=timeout_s)
 
 
 def _time_canary(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
                  device: torch.device) -> float:
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    return min(whole_step_ms(make_spec(), batch, build_optimizer, device, STEPS))
+    try:
+        return min(whole_step_ms(make_spec(), batch, build_optimizer, device, STEPS))
+    finally:
+        torch.set_num_threads(before)
 
 
 def canary_layout(global_batch: int, processes: int, microbatches: int) -> tuple[int, int]:
