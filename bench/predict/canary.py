@@ -5,7 +5,7 @@ the two is measured and taken out of the prediction.
 Machines of one kind here differ by up to 6x and drift within a run; a calibration taken at one speed predicts a
 run at another as if nothing moved. A fixed arithmetic canary did not see it: a 256 x 256 matmul chain on one
 thread read 6.56-6.90 ms on the 2-core VM while the small mlp's `bench run single` went from 21.9-22.6 ms to
-25.7-27.1 within a minute and stayed there. Its own step, timed in the sweep's process with as many threads and
+25.7-27.1 within a minute and stayed there. Its own step, timed just before each run with as many threads and
 samples as one of the run's processes has (the quickest of ``STEPS``), moved with it: 20.2-20.5 ms, then
 24.6-25.7, the runs 1.01-1.12 times the canary before them throughout (12 pairs). The shift was one of the two
 cores': the same step on one thread (a 2-process run's layout) read 21.1-22.5 ms throughout.
@@ -40,8 +40,9 @@ def canary_ms(make_spec: Callable[[], ModelSpec], batch: int, threads: int, buil
     ``threads`` threads, on a CPU in a process forked for it from the suite's fork server, as a run's processes
     are (bench/harness/ranks.py): a fresh heap, not the calibrating or sweeping process's. Timed in the sweep's
     own process, the one-thread canary read 2-7% above its calibration through a main job whose runs had not
-    moved, and twice 18-19% above (a burst there) where the runs beside it read as predicted. On a GPU here,
-    where the heap is the device's caching allocator's and each forked process would pay CUDA's start first."""
+    moved, and twice 18-19% above (a burst there) where the runs beside it read as predicted. On a GPU, in this
+    process: the heap its timings meet is the device's caching allocator's, and a forked process would pay
+    CUDA's start first."""
     if device.type == "cuda":
         return _time_canary(make_spec, batch, threads, build_optimizer, device)
     return in_forked_process(_time_canary, make_spec, batch, threads, build_optimizer, device, timeout_s=timeout_s)
