@@ -49,3 +49,5 @@ def test_a_call_in_a_forked_process_returns_its_value_or_raises_its_error_here()
     assert in_forked_process(divmod, 7, 2) == (3, 1)
     with pytest.raises(ZeroDivisionError):
         in_forked_process(divmod, 1, 0)
+    # where a run's process would time it: forked on a CPU, here on a GPU (CUDA's start would come first)
+    assert ranks.like_a_run("cpu", os.getpid) != os.getpid() and ranks.like_a_run("cuda", os.getpid) == os.getpid()

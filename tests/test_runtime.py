@@ -138,7 +138,7 @@ def test_an_in_process_reference_run_that_other_work_disturbed_is_run_again(
     from bench.predict.runtime import in_process_step_ms
 
     # here, not in a forked process: the patches below hold in this one
-    monkeypatch.setattr(runtime, "in_forked_process", lambda function, *args: function(*args))
+    monkeypatch.setattr(runtime, "like_a_run", lambda accelerator, function, *args: function(*args))
     medians = iter([500.0, 20.0, 21.0, 22.0, 23.0])  # the first run beside other work, then quiet ones
     verdicts = iter([True, False, True, True, True])
     monkeypatch.setattr(collectives, "train", lambda config: types.SimpleNamespace(

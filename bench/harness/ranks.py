@@ -80,6 +80,15 @@ def in_forked_process(function: Callable[..., T], *args: object, timeout_s: floa
     return value
 
 
+def like_a_run(accelerator: str, function: Callable[..., T], *args: object, timeout_s: float = 600.0) -> T:
+    """``function(*args)`` where its timings meet the memory a run's process meets: on a CPU in a process forked for
+    it (``in_forked_process``: a fresh heap, not a long-lived caller's), on a GPU here (the device's caching
+    allocator either way, and a forked process would first pay CUDA's start)."""
+    if accelerator == "cuda":
+        return function(*args)
+    return in_forked_process(function, *args, timeout_s=timeout_s)
+
+
 def _call_and_send(function: Callable[..., object], args: tuple, results: Queue) -> None:
     die_with_parent()
     try:

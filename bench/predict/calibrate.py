@@ -19,7 +19,7 @@ import models
 from bench.harness.config import RunConfig, unread_groups_reset
 from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
-from bench.harness.ranks import in_forked_process
+from bench.harness.ranks import like_a_run
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Canary, Communication, ComputeCosts
 from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
@@ -79,11 +79,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     steps = tqdm(total=len(threads) + len(parallel) + 1, desc="calibrate", unit="step")
     for t in threads:
         canary = max((c for c in canaries_before if c.threads == t), key=lambda c: c.batch, default=None)
-        # forked on a CPU, as the runs' processes are; on a GPU here (no glibc heap in its timings, and each
-        # forked process would pay CUDA's start)
-        run = in_forked_process if not cuda else (lambda function, *args: function(*args))
-        measure = functools.partial(run, compute_costs_on, t, make_spec, batches, optimizer_choice(config).build,
-                                    device, repeats)
+        measure = functools.partial(like_a_run, config.run.accelerator, compute_costs_on, t, make_spec, batches,
+                                    optimizer_choice(config).build, device, repeats)
         costs[t] = steady_compute(measure, canary)
         batches = timed_batches(costs[t])  # a batch the model cannot train at is tried, and warned of, once
         steps.update()
@@ -109,12 +106,11 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
                               machine_identity(env), costs, communication, slow, env)
     # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs,
     # at each of their batches, and the line through them.
-    for d, (configs, step_ms) in references.items():
-        at_batch = {}
-        for n in reference_global_batches(d, config.run.batch_size):
-            at_batch[n] = residuals(calibration, d, _at_batch(configs, n), _at_batch(step_ms, n))
-        calibration = calibration.with_runtime_line(d, at_batch)
-    fitted_runs = tuple(fitted_key(c) for configs, _ in references.values() for c in configs.values())
+    for d, by_batch in references.items():
+        calibration = calibration.with_runtime_line(d, {n: residuals(calibration, d, configs, step_ms)
+                                                        for n, (configs, step_ms) in by_batch.items()})
+    fitted_runs = tuple(fitted_key(c) for by_batch in references.values() for configs, _ in by_batch.values()
+                        for c in configs.values())
     fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))
     for first, after in zip(canaries_before, _canaries(config, make_spec, devices, microbatches, device),
                             strict=True):
@@ -188,10 +184,10 @@ def calibration_arithmetic(precision: str) -> None:
 
 
 def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
-        Communication, tuple[dict[str, RunConfig], dict[str, float]]]:
+        Communication, dict[int, tuple[dict[str, RunConfig], dict[str, float]]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
-    known), and the reference runs there (mp's here, in one process) with their median steps, each named
-    ``strategy@global batch``."""
+    known), and by global batch the reference runs there (mp's in a process of its own) with their median
+    steps (and bubbles), by strategy. Measured together, named ``strategy@batch``."""
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "reference.jsonl")
         references = {f"{name}@{n}": c for n in reference_global_batches(ranks, config.run.batch_size)
@@ -201,6 +197,8 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
                                                    references=on_ranks, groups=groups)
         reference_ms |= in_process_step_ms(references)
     overlap, spread = reference_ms.pop("overlap", 1.0), reference_ms.pop("spread")
-    return Communication(curves, overlap=overlap, spread=spread), (references, reference_ms)
+    by_batch = {n: (_at_batch(references, n), _at_batch(reference_ms, n))
+                for n in reference_global_batches(ranks, config.run.batch_size)}
+    return Communication(curves, overlap=overlap, spread=spread), by_batch
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.harness.ranks import in_forked_process
+from bench.harness.ranks import like_a_run
 from bench.predict.calibration import Canary
 from bench.predict.compute import whole_step_ms
 from models.spec import ModelSpec
@@ -37,15 +37,12 @@ DRIFT_LIMIT = 0.10
 def canary_ms(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
               device: torch.device, timeout_s: float = 120.0) -> float:
     """The quickest of ``STEPS`` plain training steps of ``make_spec()``'s model at ``batch`` samples on
-    ``threads`` threads, on a CPU in a process forked for it from the suite's fork server, as a run's processes
-    are (bench/harness/ranks.py): a fresh heap, not the calibrating or sweeping process's. Timed in the sweep's
-    own process, the one-thread canary read 2-7% above its calibration through a main job whose runs had not
-    moved, and twice 18-19% above (a burst there) where the runs beside it read as predicted. On a GPU, in this
-    process: the heap its timings meet is the device's caching allocator's, and a forked process would pay
-    CUDA's start first."""
-    if device.type == "cuda":
-        return _time_canary(make_spec, batch, threads, build_optimizer, device)
-    return in_forked_process(_time_canary, make_spec, batch, threads, build_optimizer, device, timeout_s=timeout_s)
+    ``threads`` threads, where a run's process would time them (``ranks.like_a_run``: on a CPU a forked process,
+    not the calibrating or sweeping one). Timed in the sweep's own process, the one-thread canary read 2-7% above
+    its calibration through a main job whose runs had not moved, and twice 18-19% above (a burst there) where the
+    runs beside it read as predicted."""
+    return like_a_run(device.type, _time_canary, make_spec, batch, threads, build_optimizer, device,
+                      timeout_s=timeout_s)
 
 
 def _time_canary(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,

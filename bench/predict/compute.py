@@ -110,8 +110,12 @@ def compute_costs_on(threads: int, make_spec: Callable[[], ModelSpec], batches: 
     the runs' processes are. Timed in the calibrating process instead (a sweep's, which had built and run much
     before), the small mlp's plain step at 64 samples on 2 threads came out 7-13% above its canary and the
     runs in two main jobs (25.2 and 25.5 ms against 22.0-22.9)."""
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    return compute_costs(make_spec, batches, build_optimizer, device, repeats)
+    try:
+        return compute_costs(make_spec, batches, build_optimizer, device, repeats)
+    finally:
+        torch.set_num_threads(before)
 
 
 def compute_costs(

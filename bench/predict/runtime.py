@@ -36,7 +36,7 @@ import torch
 import models
 from bench.harness.config import RunConfig, resolve
 from bench.harness.disturbance import Verdict
-from bench.harness.ranks import in_forked_process
+from bench.harness.ranks import like_a_run
 from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import Scenario, scenario_for
@@ -212,11 +212,12 @@ def idle_share(bubble_at: Callable[[float], float], measured: float, steps: int 
 
 
 def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
-    """The median step of each reference run of one process (``in_process``), run in a process forked for it
-    with every core (as a sweep's one-process run is), judged and run again as the ranks' reference runs are
-    (``collectives.undisturbed_step_ms``), but refused where every try was disturbed: there is no median over
-    groups to outvote it, and mp's residual on the small cnn at 4 stages came out 133 ms a micro-batch from a
-    reference run taken beside a test run, and every mp prediction of that model followed it (+160% and +180%)."""
+    """The median step of each reference run of one process (``in_process``), run where a run's process would
+    run it (``ranks.like_a_run``: forked, on a CPU) with every core (as a sweep's one-process run is), judged and
+    run again as the ranks' reference runs are (``collectives.undisturbed_step_ms``), but refused where every try
+    was disturbed: there is no median over groups to outvote it, and mp's residual on the small cnn at 4 stages
+    came out 133 ms a micro-batch from a reference run taken beside a test run, and every mp prediction of that
+    model followed it (+160% and +180%)."""
     from bench.predict.collectives import REFERENCE_TRIES
     from bench.predict.compute import Disturbed
 
@@ -224,7 +225,7 @@ def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
     for name, config in configs.items():
         if not in_process(config.strategy):
             continue
-        step_ms[name], verdict = in_forked_process(reference_step_ms, config)
+        step_ms[name], verdict = like_a_run(config.run.accelerator, reference_step_ms, config)
         if verdict.disturbed:
             raise Disturbed(f"{name}'s reference run was disturbed in {REFERENCE_TRIES} tries ({verdict.reason}); "
                             "calibrate on a quiet machine")
