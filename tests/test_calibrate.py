@@ -83,6 +83,26 @@ def test_bench_calibrate_on_a_machine_never_quiet_says_so_in_one_line(monkeypatc
 
 
 @pytest.mark.launches  # the canaries run in forked processes
+def test_a_layout_where_the_model_cannot_train_gets_no_canary_and_the_calibration_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The target sweep's cnn (batch 32 at 4 devices x 8 micro-batches: 1 sample a pass) lost its whole calibration
+    to BatchNorm, which cannot train on one value per channel."""
+    import functools
+
+    import torch
+
+    import models
+    from bench.harness.config import RunConfig, resolve
+    from bench.predict.calibrate import _canaries
+
+    config = resolve(RunConfig.from_flags(model="cnn", preset="tiny", batch_size=8))
+    make_spec = functools.partial(models.build_model, "cnn", "tiny", config.workload.norm)
+    canaries = _canaries(config, make_spec, (2, 4), (1, 2), torch.device("cpu"))  # 8 / (4 x 2): 1 sample
+    assert {c.batch for c in canaries} == {2, 4, 8} and all(c.ms > 0 for c in canaries)
+    assert "no canary at batch 1, where the model cannot train" in caplog.text
+
+
+@pytest.mark.launches  # the canaries run in forked processes
 def test_a_sweeps_hybrid_mesh_calibrates_its_model_without_its_strategys_options() -> None:
     """`bench sweep --strategies hybrid --dp-shard 2 --tp 2` calibrated the mlp for 107 s, then dropped the file
     ("--dp-shard 2 is for hybrid, not single": single's plain steps were resolved with hybrid's degrees)."""

@@ -160,7 +160,13 @@ def _canaries(config: RunConfig, make_spec: Callable[[], ModelSpec], devices: tu
     assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
     build = optimizer_choice(config).build
     layouts = sorted({canary_layout(config.run.batch_size, p, m) for p in {1, *devices} for m in {1, *microbatches}})
-    return tuple(Canary(t, n, canary_ms(make_spec, n, t, build, device)) for t, n in layouts)
+    canaries = []
+    for threads, batch in layouts:
+        try:
+            canaries.append(Canary(threads, batch, canary_ms(make_spec, batch, threads, build, device)))
+        except ValueError as exc:  # BatchNorm training on one value per channel: the cnn at 1 sample (4 x 8 of 32)
+            log.warning("no canary at batch %d, where the model cannot train: %s", batch, exc)
+    return tuple(canaries)
 
 
 def _at_batch(named: dict[str, T], batch: int) -> dict[str, T]:
