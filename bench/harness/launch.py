@@ -239,14 +239,17 @@ class ForkedChild:
         return self._process.exitcode
 
 
-def _bench_child(bench_args: list[str], env: dict[str, str], output: str) -> None:
-    """In the forked child: what ``python -m bench`` started with ``env`` and its output on ``output`` would do."""
+def _bench_child(bench_args: list[str], env: dict[str, str], output: str, errors: str | None = None) -> None:
+    """In the forked child: what ``python -m bench`` started with ``env``, its output on ``output`` (and its
+    errors on ``errors``, else there too) would do."""
     os.setsid()  # a session of its own: a terminal's Ctrl-C reaches the sweep only, and stop() its whole group
     processes.die_with(int(os.environ[processes.SERVER_VARIABLE]))  # which dies with the sweep (fork_server.py)
-    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    for stream in (1, 2):
-        os.dup2(descriptor, stream)
-    os.close(descriptor)
+    out = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if errors else out
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for descriptor in {out, err}:
+        os.close(descriptor)
     os.environ.clear()
     os.environ.update(env)
     sys.argv = [sys.argv[0], *bench_args]
