@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bench.predict.conformal import COVERAGE, conformal_half_width, held_out_scores, interval
+from bench.predict.conformal import COVERAGE, conformal_half_width, held_out_errors, held_out_scores, interval
 
 
 @pytest.mark.parametrize(("scores", "half"), [
@@ -66,3 +66,21 @@ def test_online_the_intervals_hold_their_share_where_the_spread_alone_would_not(
         rows.append(_row(measured, predicted))
     assert COVERAGE - 0.05 <= inside["conformal"] / runs <= COVERAGE + 0.1
     assert inside["spread"] / runs < 0.3
+
+
+def test_a_strategy_with_enough_errors_of_its_own_takes_its_interval_from_them_the_others_from_all() -> None:
+    """Pipelines 25-30% off, ddp 1-4%: pooled, the quantile (the 8th smallest of 9) is a pipeline's 28%, wider
+    than any ddp run needs; and where pipelines are most of a sweep, a pooled quantile is narrower than theirs
+    (the target sweep: 203 of 276 runs inside pooled, 215 by strategy)."""
+    pipes = [_row(100 * (1 + e), 100, strategy="pp") for e in (0.25, 0.26, 0.27, 0.28, 0.30)]
+    ddps = [_row(100 * (1 + e), 100, strategy="ddp") for e in (0.01, 0.02, 0.03, 0.04)]
+    rows = [*pipes, *ddps]
+    pp = held_out_errors(rows, "calibration a.json", "pp")
+    assert pp.scores == pytest.approx([0.25, 0.26, 0.27, 0.28, 0.30]) and pp.whose == "this calibration's pp runs"
+    ddp = held_out_errors(rows, "calibration a.json", "ddp")
+    assert ddp.scores == pytest.approx([0.01, 0.02, 0.03, 0.04]) and ddp.whose == "this calibration's ddp runs"
+    assert interval(100.0, 0.02, ddp).high_ms == pytest.approx(104.0)  # pooled: 128
+    assert "earlier held-out errors of this calibration's ddp runs (4.0%)" in interval(100.0, 0.02, ddp).basis
+    tp = held_out_errors(rows, "calibration a.json", "tp")  # none of its own: every strategy's
+    assert len(tp.scores) == 9 and tp.whose == "this calibration"
+    assert interval(100.0, 0.02, tp).high_ms == pytest.approx(128.0)

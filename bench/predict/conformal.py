@@ -14,6 +14,12 @@ earlier scores the quantile is the ceil((n + 1) * COVERAGE)-th smallest, which h
 probability at least ``COVERAGE`` when the errors are exchangeable (Vovk et al., *Algorithmic Learning in
 a Random World*, 2005; Angelopoulos & Bates, *A Gentle Introduction to Conformal Prediction*, 2021);
 until there are enough of them, the spread alone, and the basis says so.
+
+The errors are taken by strategy where a strategy has enough of its own (Mondrian conformal prediction, which
+conditions the quantile on a category: Vovk et al., ch. 4): a calibration's pipelines and its data-parallel runs
+miss by different amounts, and a quantile pooled over both is too narrow for the one and too wide for the other.
+Re-scored in record order over the target sweep (92 held-out configurations, 276 runs): 203 runs inside with the
+pooled quantile, 215 with each strategy's own; over nine main jobs (24 runs each), 173 and 174.
 """
 
 from __future__ import annotations
@@ -37,15 +43,34 @@ class Interval:
     """One line: the calibration's spread, or the held-out errors that widened it, with their count."""
 
 
-def held_out_scores(records: Iterable[dict[str, Any]], source: str) -> list[float]:
-    """The error factor (``factor_error``) of every quiet, successful run predicted from ``source`` (a
-    calibration) whose own timings did not enter it: the errors a later prediction of the same calibration may
-    make."""
+@dataclass(frozen=True)
+class HeldOutErrors:
+    """The errors an interval is widened to, and whose they are (said in its basis)."""
+
+    scores: Sequence[float]
+    whose: str = "this calibration"
+
+
+def held_out_errors(records: Iterable[dict[str, Any]], source: str, strategy: str) -> HeldOutErrors:
+    """What a prediction of ``strategy`` from ``source`` takes its interval from: that strategy's held-out errors
+    where they are enough for the quantile, else every strategy's of the calibration."""
+    records = list(records)
+    own = held_out_scores(records, source, strategy)
+    if conformal_half_width(own) is not None:
+        return HeldOutErrors(own, f"this calibration's {strategy} runs")
+    return HeldOutErrors(held_out_scores(records, source))
+
+
+def held_out_scores(records: Iterable[dict[str, Any]], source: str, strategy: str | None = None) -> list[float]:
+    """The error factor (``factor_error``) of every quiet, successful run (of ``strategy``; None: of any)
+    predicted from ``source`` (a calibration) whose own timings did not enter it: the errors a later prediction
+    of the same calibration may make."""
     scores = []
     for record in records:
         prediction = record.get("prediction")
         if (not isinstance(prediction, dict) or record.get("status") != "ok" or record.get("disturbed")
-                or prediction.get("fitted") or prediction.get("compute_source") != source):
+                or prediction.get("fitted") or prediction.get("compute_source") != source
+                or strategy not in (None, record.get("strategy"))):
             continue
         predicted, measured = prediction.get("predicted_step_time_ms"), record.get("step_time_ms_median")
         if predicted and measured:
@@ -65,10 +90,13 @@ def conformal_half_width(scores: Sequence[float], coverage: float = COVERAGE) ->
     return sorted(scores)[rank - 1] if rank <= len(scores) else None
 
 
-def interval(step_ms: float, spread: float, scores: Sequence[float] | None = None,
+def interval(step_ms: float, spread: float, held_out: Sequence[float] | HeldOutErrors | None = None,
              coverage: float = COVERAGE) -> Interval:
     """``step_ms`` over and times (1 + the wider of the calibration's ``spread`` and the conformal half-width of
-    ``scores``); None for ``scores`` where no run has been measured against it (``bench predict``)."""
+    the ``held_out`` errors); None where no run has been measured against it (``bench predict``)."""
+    if held_out is not None and not isinstance(held_out, HeldOutErrors):
+        held_out = HeldOutErrors(held_out)
+    scores, whose = (None, "") if held_out is None else (held_out.scores, held_out.whose)
     spread_basis = f"the calibration's spread ({spread:.1%})"
     conformal = None if scores is None else conformal_half_width(scores, coverage)
     if scores is None:
@@ -79,6 +107,6 @@ def interval(step_ms: float, spread: float, scores: Sequence[float] | None = Non
         half, basis = spread, f"{spread_basis}, wider than the {coverage:.0%} quantile of {len(scores)} earlier " \
                               f"held-out errors ({conformal:.1%})"
     else:
-        half, basis = conformal, (f"the {coverage:.0%} quantile of {len(scores)} earlier held-out errors of this "
-                                  f"calibration ({conformal:.1%}), wider than its spread ({spread:.1%})")
+        half, basis = conformal, (f"the {coverage:.0%} quantile of {len(scores)} earlier held-out errors of {whose} "
+                                  f"({conformal:.1%}), wider than its spread ({spread:.1%})")
     return Interval(step_ms / (1 + half), step_ms * (1 + half), basis)

@@ -25,7 +25,7 @@ from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration, Canary
 from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms, corrected, drift_fields
 from bench.predict.compute import Disturbed
-from bench.predict.conformal import held_out_scores
+from bench.predict.conformal import HeldOutErrors, held_out_errors
 from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record
 from strategies import ConfigError, Launch, strategy_class
@@ -51,7 +51,8 @@ class SweepPredictor:
             return {}
         calibration = self.calibrations[key]
         try:
-            record = prediction_record(calibration, config, self.sources[key], self._held_out_errors(key))
+            record = prediction_record(calibration, config, self.sources[key],
+                                       self._held_out_errors(key, config.strategy))
         except (ValueError, KeyError) as exc:  # a setting the cost models do not cover: measured, not predicted
             log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
@@ -83,12 +84,13 @@ class SweepPredictor:
             timed = min(timed, now())
         return calibrated, timed
 
-    def _held_out_errors(self, key: tuple[str, str]) -> list[float] | None:
-        """What this calibration's earlier predictions missed by, on the runs the sweep measured so far."""
+    def _held_out_errors(self, key: tuple[str, str], strategy: str) -> HeldOutErrors | None:
+        """What this calibration's earlier predictions (of ``strategy`` where there are enough) missed by, on the
+        runs the sweep measured so far."""
         if self.out is None:
             return None
         records = read_records(self.out)[0] if self.out.exists() else []
-        return held_out_scores(records, self.sources[key])
+        return held_out_errors(records, self.sources[key], strategy)
 
 
 def check_calibration_choice(choice: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Sequence
 
 from bench.harness.config import RunConfig
 from bench.harness.launch import threads_per_process
@@ -21,7 +20,7 @@ from strategies import Launch, strategy_class
 
 
 def prediction_record(calibration: CostSource, config: RunConfig, source: str,
-                      held_out_errors: Sequence[float] | None = None) -> dict[str, object]:
+                      held_out_errors: conformal.HeldOutErrors | None = None) -> dict[str, object]:
     """A record of kind ``prediction`` for ``config``: every figure named predicted. Its interval is the
     calibration's spread, widened to the quantile of ``held_out_errors`` (bench/predict/conformal.py: a
     sweep's earlier runs predicted from the same calibration) where that is wider. ValueError where a
@@ -59,7 +58,7 @@ def prediction_record(calibration: CostSource, config: RunConfig, source: str,
 
 
 def _interval(calibration: CostSource, config: RunConfig, step_ms: float,
-              held_out_errors: Sequence[float] | None) -> conformal.Interval | None:
+              held_out_errors: conformal.HeldOutErrors | None) -> conformal.Interval | None:
     """The calibration's own spread where the run's processes run (Calibration.spread_for), widened by
     ``held_out_errors``; None for a profile."""
     if not isinstance(calibration, Calibration):

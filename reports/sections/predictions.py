@@ -20,7 +20,8 @@ def section(ctx: Context) -> Section | None:
         "stray` (the repeats' distance from their median) cannot be told from noise. `timings`: `held out`, or "
         "`fitted` where the configuration's own runs entered the calibration; the summaries headline the held "
         "out. The predicted interval is the calibration's own spread (half the range of its repeats), widened in "
-        "a sweep to the 80% quantile of the held-out errors of the runs measured before it (each record's "
+        "a sweep to the 80% quantile of the held-out errors of the runs measured before it (its strategy's once "
+        "it has four; each record's "
         "`predicted_interval_basis`); the summaries count the runs whose measured step fell inside the interval "
         "predicted for it (coverage; a configuration shows its last run's interval). Each "
         "configuration: Appendix."],
