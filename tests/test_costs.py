@@ -10,7 +10,7 @@ import pytest
 import models
 from bench.harness.config import RunConfig, resolve
 from bench.harness.runner import train
-from bench.predict.calibration import BlockCost, Curve, Line
+from bench.predict.calibration import BlockCost, Communication, Curve, Line
 from bench.predict.costs import predict_memory, predict_step
 from bench.predict.scenario import Scenario
 from models.sizes import parameter_counts, saved_bytes_per_sample
@@ -140,3 +140,16 @@ def test_fsdp_peaks_where_its_backward_holds_two_blocks_gathered_a_block_s_gradi
     # ZeRO-2 keeps every block gathered from its forward: the last block's backward holds all of them.
     zero2 = max(held_at([1, 2, 4], [10.0, 10.0, 10.0], 2, zero3=False), key=lambda held: sum(held.values()))
     assert zero2["gathered_parameters"] == 28.0
+
+
+def test_a_residual_below_zero_never_takes_the_step_under_its_compute_and_update() -> None:
+    # The tiny mlp's one-process ddp reference once ran 2 ms under its prediction at 4 samples: ddp on one
+    # device then came out at -0.5 ms.
+    equal = equal_blocks(4, update=5.0)
+    calibration = dataclasses.replace(equal, communication={**equal.communication, 1: Communication(FREE)})
+    calibration = calibration.with_runtime(1, RuntimeOverheads(ddp_per_step=-30.0))
+    step = predict_step(calibration, Scenario("ddp", 1, 64), 1)
+    assert (step.step_ms, step.compute_ms, step.exposed_comm_ms) == pytest.approx((12.0 + 5.0, 12.0, 0.0))
+    assert "held at its compute and update" in step.notes[-1]
+    above = predict_step(calibration.with_runtime(1, RuntimeOverheads(ddp_per_step=0.5)), Scenario("ddp", 1, 64), 1)
+    assert above.step_ms == pytest.approx(12.0 + 5.0 + 0.5) and not above.notes
