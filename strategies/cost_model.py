@@ -205,6 +205,9 @@ def by_kind(parameters: float, gradients: float, optimizer: float, activations: 
     return with_total({k: int(v) for k, v in kinds.items()})
 
 
+REFERENCE_MICROBATCHES = 4
+"""The micro-batches of the pipelines' calibration reference runs (bench/predict/runtime.py): a pipeline's per-action
+residual is read where its micro-batch is the reference's."""
 FORWARD_PEAK = ("activations", "gathered_parameters")
 """What a step holds at the end of its forward beyond what it always holds: every saved activation, and
 under FSDP the parameters its all-gathers brought in."""

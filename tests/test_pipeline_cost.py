@@ -131,3 +131,24 @@ def test_the_residual_spent_between_actions_holds_the_rank_outside_their_spans()
     assert inside.bubble == pytest.approx(1 - m * 4.0 / step.step_ms)
     assert step.compute_ms == pytest.approx(inside.compute_ms)  # the breakdown keeps the residual where it was
 
+
+
+@pytest.mark.parametrize(("m", "replicas"), [(8, 1), (4, 1), (4, 2)])
+def test_the_per_action_residual_is_read_where_the_reference_runs_micro_batch_is_the_runs(m: int,
+                                                                                           replicas: int) -> None:
+    # The reference runs (4 micro-batches of one pipeline) fitted 2 ms an action at a global batch of 8 and none at
+    # 96: a line in their global batch. An action of 8 samples (64 in 8 micro-batches) pays what the reference's
+    # actions of 8 samples paid (at its global batch 32), not the residual at 64; one of 16 (64 in 4, or each of 2
+    # replicas' 64 in 4) what it paid at 64, not at the hybrid's 128.
+    from strategies.cost_model import REFERENCE_MICROBATCHES, RuntimeOverheads
+
+    ranks = 2 * replicas
+    equal = equal_blocks(4)
+    free = dataclasses.replace(equal, communication={ranks: equal.communication[2]})
+    line = free.with_runtime_line(ranks, {8: RuntimeOverheads(pp_per_action=2.0),
+                                          96: RuntimeOverheads(pp_per_action=0.0)})
+    scenario = (Scenario("pp", ranks, 64, microbatches=m, schedule="gpipe") if replicas == 1 else
+                Scenario("hybrid", ranks, 128, microbatches=m, schedule="gpipe", dp=2, pp=2))
+    at = 64 // m * REFERENCE_MICROBATCHES
+    fixed = free.with_runtime(ranks, RuntimeOverheads(pp_per_action=2.0 * (96 - at) / 88))
+    assert predict_step(line, scenario, 1).step_ms == pytest.approx(predict_step(fixed, scenario, 1).step_ms)

@@ -41,10 +41,10 @@ from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import Scenario, scenario_for
 from strategies import REFERENCE, ConfigError, Launch, strategy_class
-from strategies.cost_model import CostModel, RuntimeOverheads, threads_per_process
+from strategies.cost_model import REFERENCE_MICROBATCHES, CostModel, RuntimeOverheads, threads_per_process
 from strategies.mesh import DIMS
 
-MICROBATCHES = 4
+MICROBATCHES = REFERENCE_MICROBATCHES
 REFERENCE_STEPS = 16
 """Timed steps per reference run at the small batch in each group. Their steps take milliseconds, and the
 median of 8 left zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the
