@@ -163,7 +163,7 @@ class PipelineCost(CostModel):
         # An action's residual is fitted per action of the reference runs (REFERENCE_MICROBATCHES micro-batches of
         # one pipeline), on a line in their global batch: read where their micro-batch is this run's. Read at this
         # run's global batch, m = 8 took the residual of micro-batches twice this run's: the target sweep's
-        # pipelines came out a median 10.3% short (largest 35.6%), 8.3% (29.9%) read so.
+        # pipelines came out a median 10.3% off (largest 35.6%), 8.4% (29.9%) read so (re-predicted, unscaled).
         runtime = costs.runtime_for(scenario.devices, samples * REFERENCE_MICROBATCHES)
         per_action = runtime[PipelineCost.residual]
         # of which the rank spends this much between its actions, outside their spans (into the bubble); a
