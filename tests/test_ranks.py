@@ -51,3 +51,17 @@ def test_a_call_in_a_forked_process_returns_its_value_or_raises_its_error_here()
         in_forked_process(divmod, 1, 0)
     # where a run's process would time it: forked on a CPU, here on a GPU (CUDA's start would come first)
     assert ranks.like_a_run("cpu", os.getpid) != os.getpid() and ranks.like_a_run("cuda", os.getpid) == os.getpid()
+
+
+def test_torch_threads_gives_the_calling_process_its_threads_back_even_after_an_error() -> None:
+    import torch
+
+    from bench.harness.ranks import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(1):
+        raise RuntimeError("a timing that failed")
+    assert torch.get_num_threads() == before

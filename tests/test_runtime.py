@@ -16,15 +16,16 @@ from tests.helpers.calibrations import FREE, equal_blocks
 
 
 def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(tmp_path: Path) -> None:
-    from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
+    from bench.predict.runtime import reference_configs, residuals
     from bench.predict.scenario import scenario_for
+    from strategies.cost_model import REFERENCE_MICROBATCHES
 
     calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
                                               accelerator="cpu"))
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
     assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "mp"}
     assert {c.workload.model for c in configs.values()} == {"mlp"}
-    assert configs["pp"].split.microbatches == configs["mp"].split.microbatches == MICROBATCHES
+    assert configs["pp"].split.microbatches == configs["mp"].split.microbatches == REFERENCE_MICROBATCHES
     calibration = equal_blocks(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
     predicted = {name: predict_step(calibration, scenario_for(c), 1).step_ms for name, c in configs.items()}
     layers = sum(scenario_for(configs["tp"]).tp_layers)
@@ -32,8 +33,8 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path,
     # 0.75 per mp micro-batch.
     measured = {"ddp": predicted["ddp"] + 2.0, "zero1": predicted["zero1"] + 3.5, "fsdp": predicted["fsdp"] + 5.0,
-                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (MICROBATCHES + 1),
-                "mp": predicted["mp"] + 0.75 * MICROBATCHES}
+                "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (REFERENCE_MICROBATCHES + 1),
+                "mp": predicted["mp"] + 0.75 * REFERENCE_MICROBATCHES}
     found = residuals(calibration, 2, configs, measured)
     assert found["ddp_per_step"] == pytest.approx(2.0)
     assert found["zero1_per_step"] == pytest.approx(1.5)
@@ -160,8 +161,9 @@ def test_the_pipelines_residual_is_split_where_its_reference_run_measured_its_bu
     # measured bubble. The share of pp's residual spent there is fitted so that the reference run's
     # predicted bubble is its measured one.
     from bench.predict.collectives import bubble_key
-    from bench.predict.runtime import MICROBATCHES, reference_configs, residuals
+    from bench.predict.runtime import reference_configs, residuals
     from bench.predict.scenario import scenario_for
+    from strategies.cost_model import REFERENCE_MICROBATCHES
 
     calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
                                               accelerator="cpu"))
@@ -169,7 +171,7 @@ def test_the_pipelines_residual_is_split_where_its_reference_run_measured_its_bu
     calibration = equal_blocks(5)
     scenario = scenario_for(pp["pp"])
     plain = predict_step(calibration, scenario, 1)
-    slower = plain.step_ms + 0.5 * 2 * (MICROBATCHES + 1)  # 0.5 ms per action on the critical path
+    slower = plain.step_ms + 0.5 * 2 * (REFERENCE_MICROBATCHES + 1)  # 0.5 ms per action on the critical path
     inside = residuals(calibration, 2, pp, {"pp": slower})
     assert inside["pp_per_action"] == pytest.approx(0.5) and inside["pp_idle_per_action"] == 0.0
     all_inside = predict_step(calibration.with_runtime(2, inside), scenario, 1).bubble

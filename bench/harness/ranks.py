@@ -8,7 +8,8 @@ run a fraction of one), so they start the ranks themselves and each calls ``beco
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -78,6 +79,20 @@ def in_forked_process(function: Callable[..., T], *args: object, timeout_s: floa
     if failed:
         raise value
     return value
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` inside the block and given back after it: a timing run in the
+    calling process (on a GPU, ``like_a_run``) leaves that process's own setting as it found it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def like_a_run(accelerator: str, function: Callable[..., T], *args: object, timeout_s: float = 600.0) -> T:

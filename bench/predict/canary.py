@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.harness.ranks import like_a_run
+from bench.harness.ranks import like_a_run, torch_threads
 from bench.predict.calibration import Canary
 from bench.predict.compute import whole_step_ms
 from models.spec import ModelSpec
@@ -47,12 +47,8 @@ def canary_ms(make_spec: Callable[[], ModelSpec], batch: int, threads: int, buil
 
 def _time_canary(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
                  device: torch.device) -> float:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return min(whole_step_ms(make_spec(), batch, build_optimizer, device, STEPS))
-    finally:
-        torch.set_num_threads(before)
 
 
 def canary_layout(global_batch: int, processes: int, microbatches: int) -> tuple[int, int]:

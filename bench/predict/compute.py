@@ -19,7 +19,7 @@ import torch
 
 from bench.harness.disturbance import RankLoad, Snapshot, Verdict, judge, machine_cores
 from bench.harness.processes import die_with_parent
-from bench.harness.ranks import rank_context
+from bench.harness.ranks import rank_context, torch_threads
 from bench.predict.backward_split import split_backward_ms
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
@@ -110,12 +110,8 @@ def compute_costs_on(threads: int, make_spec: Callable[[], ModelSpec], batches: 
     the runs' processes are. Timed in the calibrating process instead (a sweep's, which had built and run much
     before), the small mlp's plain step at 64 samples on 2 threads came out 7-13% above its canary and the
     runs in two main jobs (25.2 and 25.5 ms against 22.0-22.9)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return compute_costs(make_spec, batches, build_optimizer, device, repeats)
-    finally:
-        torch.set_num_threads(before)
 
 
 def compute_costs(

@@ -31,12 +31,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 import models
 from bench.harness.config import RunConfig, resolve
 from bench.harness.disturbance import Verdict
-from bench.harness.ranks import like_a_run
+from bench.harness.ranks import like_a_run, torch_threads
 from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
 from bench.predict.scenario import Scenario, scenario_for
@@ -44,7 +42,6 @@ from strategies import REFERENCE, ConfigError, Launch, strategy_class
 from strategies.cost_model import REFERENCE_MICROBATCHES, CostModel, RuntimeOverheads, threads_per_process
 from strategies.mesh import DIMS
 
-MICROBATCHES = REFERENCE_MICROBATCHES
 REFERENCE_STEPS = 16
 """Timed steps per reference run at the small batch in each group. Their steps take milliseconds, and the
 median of 8 left zero1's residual on 2 processes anywhere from 2.1 to 7.5 ms over six calibrations of the
@@ -104,15 +101,15 @@ def reference_per_rank(ranks: int, calibrated_batch: int | None) -> int:
 def reference_batches(ranks: int, per_rank: int = PER_RANK) -> list[int]:
     """The per-process batches the reference runs compute at (calibration times the blocks there too):
     ddp's share, pp's micro-batch, tp's whole batch."""
-    return sorted({per_rank, max(1, ranks * per_rank // MICROBATCHES), ranks * per_rank})
+    return sorted({per_rank, max(1, ranks * per_rank // REFERENCE_MICROBATCHES), ranks * per_rank})
 
 
 def reference_global_batches(ranks: int, calibrated_batch: int | None) -> list[int]:
     """The global batches the reference runs on ``ranks`` ranks take: ``ranks * reference_per_rank``, and the
-    least multiple of ``ranks * MICROBATCHES`` (every rank's share split into the pipelines' micro-batches) at
-    least ``LARGER`` times the calibrated batch (4 times the small one where none is given)."""
+    least multiple of ``ranks * REFERENCE_MICROBATCHES`` (every rank's share split into the pipelines'
+    micro-batches) at least ``LARGER`` times the calibrated batch (4 times the small one where none is given)."""
     small = ranks * reference_per_rank(ranks, calibrated_batch)
-    unit = ranks * MICROBATCHES
+    unit = ranks * REFERENCE_MICROBATCHES
     target = LARGER * calibrated_batch if calibrated_batch else 4 * small
     large = max(unit, -(-int(target) // unit) * unit)
     return sorted({small, large if large not in (small, calibrated_batch) else large + unit})
@@ -135,7 +132,7 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int,
     configs = {}
     for name in predicted_strategies():
         # flags by name, which mypy cannot match to their sections: with_flags and resolve check them
-        extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, MICROBATCHES)
+        extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, REFERENCE_MICROBATCHES)
         if extra is None or strategy_class(name).min_devices > ranks:
             continue
         try:
@@ -172,9 +169,9 @@ def reference_step_ms(config: RunConfig) -> tuple[float, Verdict]:
     from bench.harness.disturbance import open_window
     from bench.predict.collectives import undisturbed_step_ms
 
-    torch.set_num_threads(threads_per_process(1))
-    open_window()
-    return undisturbed_step_ms(config)
+    with torch_threads(threads_per_process(1)):
+        open_window()
+        return undisturbed_step_ms(config)
 
 
 def _with_idle_share(calibration: Calibration, ranks: int, found: RuntimeOverheads, model: CostModel,

@@ -30,7 +30,7 @@ from bench.experiments.fidelity.results import (
 )
 from bench.harness.config import RunConfig, resolve
 from bench.harness.launch import threads_per_process
-from bench.harness.ranks import become_rank, rank_context
+from bench.harness.ranks import become_rank, rank_context, torch_threads
 from bench.harness.runner import step_times_ms, train
 from bench.predict.costs import CostSource
 from bench.predict.explain import GapStep, mp_twin, pipeline_gap
@@ -269,12 +269,8 @@ def _pipeline_rounds(
 
 
 def _mp_step_times(config: RunConfig, threads: int) -> list[float]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return step_times_ms(train(config).ranks)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _pp_worker(
