@@ -113,6 +113,33 @@ def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> 
     assert 1.8 < busy.step_ms / free.step_ms < 2.0
 
 
+def test_the_schedules_work_between_actions_runs_at_the_slowdown_its_action_meets() -> None:
+    # Posting a receive and waking on it is the rank's own CPU work: on shared cores it is slowed as the actions
+    # are, so a gap fitted alone grows where more ranks compute side by side (1F1B's steady state, m = 8).
+    from strategies.cost_model import RuntimeOverheads
+
+    p, m, between = 4, 8, 0.5
+    runtime = RuntimeOverheads(pp_per_action=between, pp_idle_per_action=between)
+    scenario = Scenario("pp", p, 8 * m, microbatches=m, schedule="1f1b")
+    base = equal_blocks(p)
+    free = dataclasses.replace(base, communication={4: base.communication[2]}).with_runtime(4, runtime)
+    shared = dataclasses.replace(free, slowdown={2: 1.0, 4: 2.0})
+
+    def gaps(timeline: list) -> list[float]:  # rank 0's forwards of the warm-up follow each other, never waiting
+        forwards = sorted((s for s in timeline if s.rank == 0 and s.action.kind == "F"), key=lambda s: s.start)
+        return [b.start - a.end for a, b in zip(forwards[:3], forwards[1:4], strict=True)]
+
+    assert gaps(predict_step(free, scenario, 1).timeline) == pytest.approx([between] * 3)
+    at_work = predict_step(shared, scenario, 1)
+    slowed = gaps(at_work.timeline)
+    assert slowed[0] < slowed[1] < slowed[2] and slowed[2] > 1.5 * between  # more ranks at work at each
+    # each gap stretched by exactly the slowdown its action computes at (the action's span against its blocks')
+    durations = [s.end - s.start for s in sorted((s for s in at_work.timeline if s.rank == 0 and s.action.kind == "F"),
+                                                  key=lambda s: s.start)[1:4]]
+    forward = 1.0  # rank 0 holds one block of equal_blocks' 1 ms forwards
+    assert slowed == pytest.approx([between * d / forward for d in durations])
+
+
 def test_the_residual_spent_between_actions_holds_the_rank_outside_their_spans() -> None:
     # As a measured timeline has it: its spans time the stages' compute only.
     from strategies.cost_model import RuntimeOverheads
