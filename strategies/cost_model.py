@@ -111,9 +111,10 @@ class CostSource(Protocol):
         """``operation`` over a group of ``ranks`` global ranks ``stride`` apart (a mesh dimension inside
         others: hybrid's dp_shard group strides over its pp x tp ranks), which decides how many nodes it spans."""
         ...
-    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
+    def transfer_ms(self, size: float, sender: int, receiver: int, processes: int = 2) -> float:
         """One point-to-point transfer between global ranks ``sender`` and ``receiver`` (a pipeline's
-        neighbours): the link depends on whether they share a node."""
+        neighbours) of a run of ``processes``: the link depends on whether they share a node, and on shared
+        cores on how many processes there are."""
         ...
     def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         """The runtimes' residual terms on ``ranks`` processes at ``global_batch`` samples a step (where they were

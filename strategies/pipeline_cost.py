@@ -159,7 +159,8 @@ class PipelineCost(CostModel):
         # boundary costs the slowest replica's crossing.
         tp = self.tensor_parallel(scenario)
         sends = [max(costs.transfer_ms(blocks[part[-1]].output_bytes_per_sample * samples,
-                                       (r * ranks + s % ranks) * tp, (r * ranks + (s + 1) % ranks) * tp)
+                                       (r * ranks + s % ranks) * tp, (r * ranks + (s + 1) % ranks) * tp,
+                                       scenario.devices)
                      for r in range(replicas)) for s, part in enumerate(parts)]
         # An action's residual is fitted per action of the reference runs (REFERENCE_MICROBATCHES micro-batches of
         # one pipeline), on a line in their global batch: read where their micro-batch is this run's. Read at this

@@ -54,6 +54,25 @@ def test_collectives_come_from_the_curve_measured_on_as_many_processes_as_the_ru
     assert step.exposed_comm_ms == pytest.approx(5.0 + 7.0)
 
 
+def test_a_pipelines_transfers_come_from_the_send_recv_curve_of_as_many_processes_as_it_has() -> None:
+    def sends(ms: float) -> dict[str, Curve]:
+        return {**FREE, "send_recv": Curve([(1, ms), (2**30, ms)])}
+
+    calibration = dataclasses.replace(equal_blocks(4), communication={2: Communication(sends(0.5)),
+                                                                      4: Communication(sends(2.0))})
+    assert calibration.transfer_ms(1e6, 0, 1) == 0.5 and calibration.transfer_ms(1e6, 0, 1, processes=4) == 2.0
+    assert calibration.transfer_ms(1e6, 2, 3, processes=3) == 2.0  # between two counts, the larger
+    # no byte scaling of a ring's share: a point-to-point message moves its bytes once, whatever the count
+    assert calibration.transfer_ms(1e6, 0, 1, processes=8) == 2.0
+    # a 4-rank GPipe's critical path crosses its 3 boundaries twice (forward, backward) for its first
+    # micro-batch, each at 4 processes' price: 1.5 ms more each than at 2 processes'
+    scenario = Scenario("pp", 4, 16, microbatches=4, schedule="gpipe")
+    two_only = dataclasses.replace(calibration, communication={2: calibration.communication[2],
+                                                               4: Communication(sends(0.5))})
+    assert predict_step(calibration, scenario, 1).step_ms == pytest.approx(
+        predict_step(two_only, scenario, 1).step_ms + 2 * 3 * 1.5)
+
+
 def test_ddp_on_one_device_pays_the_runtime_measured_on_one_process_and_collectives_ignore_that_entry() -> None:
     two = {**FREE, "all_reduce": Curve([(1, 1.0), (2**30, 1.0)])}
     calibration = dataclasses.replace(equal_blocks(2), communication={

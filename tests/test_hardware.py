@@ -85,7 +85,8 @@ def test_pipeline_neighbours_on_two_nodes_pay_the_network_at_the_boundary_betwee
     scenario = Scenario("pp", 12, 48, microbatches=4)  # stage 7 on rank 7 sends to rank 8, on the next node
     with_network = predict_step(source, scenario, 1).step_ms
     # The broken variant (4fcc3e2): every neighbour priced as ranks 0 and 1 of one node.
-    source.transfer_ms = lambda size, sender, receiver: p2p_seconds(size, 0, 1, 8, hw.gpu.nvlink, hw.network) * 1e3
+    source.transfer_ms = lambda size, sender, receiver, processes=2: p2p_seconds(size, 0, 1, 8, hw.gpu.nvlink,
+                                                                                 hw.network) * 1e3
     assert predict_step(source, scenario, 1).step_ms < with_network
 
 

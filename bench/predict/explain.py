@@ -53,8 +53,8 @@ class _Partial:
     def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
         return self.source.collective_ms(operation, size, ranks, stride) if self.transfers else 0.0
 
-    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
-        return self.source.transfer_ms(size, sender, receiver) if self.transfers else 0.0
+    def transfer_ms(self, size: float, sender: int, receiver: int, processes: int = 2) -> float:
+        return self.source.transfer_ms(size, sender, receiver, processes) if self.transfers else 0.0
 
     def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         return self.source.runtime_for(ranks, global_batch) if self.runtime else RuntimeOverheads()

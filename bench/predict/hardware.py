@@ -191,6 +191,6 @@ class RooflineSource:
         per_node = max(1, hw.node_size // max(1, stride))
         return collective_seconds(operation, whole, ranks, per_node, hw.gpu.nvlink, hw.network) * 1e3
 
-    def transfer_ms(self, size: float, sender: int, receiver: int) -> float:
+    def transfer_ms(self, size: float, sender: int, receiver: int, processes: int = 2) -> float:
         hw = self.hardware
         return p2p_seconds(size, sender, receiver, hw.node_size, hw.gpu.nvlink, hw.network) * 1e3
