@@ -177,8 +177,8 @@ class PipelineCost(CostModel):
             # The schedule's work before an action (posting its receives, waking on them) is the rank's own CPU
             # work: on shared cores it runs at the slowdown the action meets, as the action does. Taken as a
             # fixed delay, it was fitted on GPipe's fill and drain (few ranks at work at once) and came out short
-            # where more compute side by side (1F1B, interleaved, m = 8): re-predicted from the two target sweeps'
-            # calibrations (residuals solved exactly either way), the pipelines' median 4.3% -> 3.9% and
+            # where more ranks compute side by side (1F1B, interleaved, m = 8): re-predicted from the two target
+            # sweeps' calibrations (residuals solved exactly either way), the pipelines' median 4.3% -> 3.9% and
             # 7.8% -> 7.2%, bubbles within 0.05 27 -> 35 and 20 -> 26 of 52 (docs/predictor.md).
             return between * slows.get(action, all_at_work)
 

@@ -24,7 +24,8 @@ from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Canary, Communication, ComputeCosts
 from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
-from bench.predict.compute import compute_costs_on, plain_step_ms, slowdown, timed_batches
+from bench.predict.compute import compute_costs_on, plain_step_ms, timed_batches
+from bench.predict.core_sharing import slowdown
 from bench.predict.runtime import (
     fitted_key,
     in_process,

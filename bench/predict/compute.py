@@ -1,25 +1,21 @@
-"""Measuring a model's compute, block by block, and how much a process slows when others compute beside it.
+"""Measuring a model's compute, block by block, and its plain training step (how much a process slows when others
+compute beside it: bench/predict/core_sharing.py).
 
-Each block is timed on its own: its real input at the batch size (made by running the blocks before
-it once), a forward, then a backward from a random output gradient (the loss's, for the last). So a
-strategy that splits the model anywhere finds its parts' costs here, at any micro-batch size the
-sweep uses (a line in the batch size fits the sizes measured).
+Each block is timed on its own: its real input at the batch size (made by running the blocks before it once), a
+forward, then a backward from a random output gradient (the loss's, for the last). So a strategy that splits the
+model anywhere finds its parts' costs here, at any micro-batch size the sweep uses (a line in the batch size fits
+the sizes measured).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
 
 import torch
 
-from bench.harness.disturbance import RankLoad, Snapshot, Verdict, judge, machine_cores
-from bench.harness.processes import die_with_parent
-from bench.harness.ranks import rank_context, torch_threads
+from bench.harness.ranks import torch_threads
 from bench.predict.backward_split import split_backward_ms
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
@@ -28,21 +24,15 @@ from strategies.devices import synchronized_clock
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from multiprocessing.context import ForkServerContext
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Barrier
-
 
 def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: int) -> list[tuple[float, float]]:
     """Per block, (forward ms, backward ms) at ``batch`` samples: medians over ``repeats`` after one warm-up.
 
-    Each repeat is a whole pass, timed block by block, as a pipeline stage or mp runs its blocks:
-    every block's forward in order, then every block's backward in reverse order from the gradient
-    the block after it sent back (each block on a detached copy of its input), into the gradients
-    the passes before left (micro-batches accumulate). Timing one block over and over instead keeps
-    its weights in the caches between its forward and backward, which a real pass, reading every
-    other block's weights in between, does not."""
+    Each repeat is a whole pass, timed block by block, as a pipeline stage or mp runs its blocks: every block's
+    forward in order, then every block's backward in reverse order from the gradient the block after it sent back
+    (each block on a detached copy of its input), into the gradients the passes before left (micro-batches
+    accumulate). Timing one block over and over instead keeps its weights in the caches between its forward and
+    backward, which a real pass, reading every other block's weights in between, does not."""
     now = synchronized_clock(device)
     blocks = spec.blocks.to(device)
     inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
@@ -155,29 +145,25 @@ def compute_costs(
     return ComputeCosts(blocks, per_parameter, Line.fit(overhead), copy_ms_per_byte(device, repeats), spread)
 
 
-STEP_SPREAD_LIMIT = 0.5
-"""Half the range of a batch's plain-step repeats over their median beyond which they are timed again. Over the
-eleven calibrations of the three target sweeps the largest was 24%; a main job's (2026-12-05, ba03d2b) read 328% at
-batch 16 on 2 threads, its median 16 ms above its blocks', and mp, whose micro-batch that was, came out +164%."""
-STEP_TRIES = 3
+STEP_SPREAD_LIMIT, STEP_TRIES = 0.5, 3
+"""A batch's plain-step repeats straying past this half-range are timed again, this many tries in all: the eleven
+calibrations of the three target sweeps strayed 24% at most; a main job's read 328% (batch 16, 2 threads), its median
+16 ms above its blocks', and mp (that micro-batch) came out +164%."""
 
 
 def steady_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.device, repeats: int,
                    timed: Callable[..., list[float]] | None = None) -> list[float]:
-    """``whole_step_ms``'s repeats, timed again (``STEP_TRIES`` in all) while they stray past ``STEP_SPREAD_LIMIT``:
-    other work took the cores for part of them. The try that strays least is kept, with a warning where even it
-    strays past the limit."""
-    timed = timed or whole_step_ms
-    tries = []
-    for attempt in range(STEP_TRIES):
-        tries.append(timed(spec, batch, build, device, repeats))
-        if half_range(tries[-1]) <= STEP_SPREAD_LIMIT:
-            return tries[-1]
+    """``whole_step_ms``'s repeats, timed again while they stray past ``STEP_SPREAD_LIMIT`` (other work took the
+    cores for part of them); the try that strays least is kept, with a warning where even it strays past it."""
+    time_it = timed or whole_step_ms
+    tries = [time_it(spec, batch, build, device, repeats)]
+    while half_range(tries[-1]) > STEP_SPREAD_LIMIT and len(tries) < STEP_TRIES:
         log.warning("the plain step at batch %d strayed %.0f%% over its repeats (try %d of %d): timing it again",
-                    batch, 100 * half_range(tries[-1]), attempt + 1, STEP_TRIES)
-    steadiest = min(tries, key=half_range)
-    log.warning("the plain step at batch %d strayed %.0f%% over its repeats in every try; its steadiest is kept",
-                batch, 100 * half_range(steadiest))
+                    batch, 100 * half_range(tries[-1]), len(tries), STEP_TRIES)
+        tries.append(time_it(spec, batch, build, device, repeats))
+    if half_range(steadiest := min(tries, key=half_range)) > STEP_SPREAD_LIMIT:
+        log.warning("the plain step at batch %d strayed %.0f%% over its repeats in every try; its steadiest is kept",
+                    batch, 100 * half_range(steadiest))
     return steadiest
 
 
@@ -222,87 +208,5 @@ def whole_step_ms(spec: ModelSpec, batch: int, build: Callable, device: torch.de
     return steps
 
 
-def _busy_loop(rank: int, make_spec: Callable[[], ModelSpec], batch: int, threads: int, seconds: float,
-               start: Barrier, results: Queue) -> None:
-    die_with_parent()
-    torch.set_num_threads(threads)
-    spec = make_spec()
-    inputs, targets = spec.make_batch(batch, torch.Generator().manual_seed(0))
-    spec.loss_fn(spec.blocks(inputs), targets).backward()  # warm
-    start.wait()
-    before = Snapshot.now()
-    mean = mean_step_s(lambda: spec.loss_fn(spec.blocks(inputs), targets).backward(), seconds)
-    # what this worker saw of the machine meanwhile, as a run's rank notes it (bench/harness/disturbance.py)
-    results.put((rank, mean, RankLoad.between(before, Snapshot.now())))
-
-
-def mean_step_s(step: Callable[[], object], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
-    """The mean time of ``step`` run over and over for ``seconds``: the window over the steps done.
-
-    Not the median step: on oversubscribed cores a process waits for its turn between steps as often as
-    within them, and a step short enough to finish inside its time slice shows no slowdown at all (the
-    tiny mlp's median said 1.0 with 4 processes on 2 cores, its mean 2.2 to 2.7)."""
-    steps, began = 0, clock()
-    while (now := clock()) - began < seconds or steps == 0:
-        step()
-        steps += 1
-    return (now - began) / steps
-
-
-TRIES = 3
-"""Disturbed measurements of a slowdown before a calibration gives up on a machine other work keeps busy."""
-PAIRS = 3
-"""Quiet pairs (alone, together) a slowdown is the median ratio of."""
-
-
 class Disturbed(RuntimeError):
     """Other processes kept the machine busy through every try of a measurement."""
-
-
-def slowdown(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int, seconds: float,
-             tries: int = TRIES, pairs: int = PAIRS) -> float:
-    """How much slower one process's forward+backward runs while ``processes`` run it at once (each
-    with ``threads`` threads) than while it runs alone: what emulated devices sharing cores cost.
-
-    Measured side by side, in ``pairs`` pairs (alone, then together, seconds apart), and kept at the median
-    of the pairs' ratios: the machine's drift moves both sides of a pair alike. Alone and together measured
-    apart (the quickest of each, a few tries later) said anywhere from 1.0 to 1.73 for mlp/small on 2
-    processes of the 2-core VM, where the pairs' medians said 1.047 and 1.053 (their ratios 0.99-1.13).
-    Each side is judged as runs are (bench/harness/disturbance.py: other processes' share of the cores over
-    the window), and a pair with a disturbed side is measured again: one calibration taken while another
-    job used the cores said 1.905 for 2 processes where the quiet machine's said 1.015, and every
-    multi-process prediction followed it. ``Disturbed`` once ``tries`` pairs were.
-
-    Never less than the processes' threads per core: more of them than cores cannot each run at full
-    speed, and a ratio under that (or under 1) is the machine's noise, not a speed-up."""
-    ratios: list[float] = []
-    disturbed = 0
-    while len(ratios) < pairs:
-        alone, alone_verdict = _together(make_spec, batch, 1, threads, seconds)
-        together, together_verdict = _together(make_spec, batch, processes, threads, seconds)
-        reason = alone_verdict.reason if alone_verdict.disturbed else together_verdict.reason
-        if alone_verdict.disturbed or together_verdict.disturbed:
-            disturbed += 1
-            if disturbed >= tries:
-                raise Disturbed(f"{processes} process(es) computing together were disturbed in {tries} pairs "
-                                f"of tries ({reason}); calibrate on a quiet machine")
-            log.warning("slowdown of %d process(es) disturbed, measuring the pair again: %s", processes, reason)
-            continue
-        ratios.append(together / alone)
-    return max(1.0, processes * threads / (os.cpu_count() or 1), statistics.median(ratios))
-
-
-def _together(make_spec: Callable[[], ModelSpec], batch: int, processes: int, threads: int,
-              seconds: float) -> tuple[float, Verdict]:
-    # forked from a server that imported torch once, not each process importing it; rank_context is typed as a
-    # BaseContext, which typeshed gives no Process: it is the forkserver context
-    ctx = cast("ForkServerContext", rank_context())
-    start, results = ctx.Barrier(processes), ctx.Queue()
-    workers = [ctx.Process(target=_busy_loop, args=(r, make_spec, batch, threads, seconds, start, results))
-               for r in range(processes)]
-    for w in workers:
-        w.start()
-    ended = [results.get(timeout=120 + seconds) for _ in workers]
-    for w in workers:
-        w.join(timeout=30)
-    return statistics.median(e[1] for e in ended), judge([e[2] for e in ended], machine_cores())

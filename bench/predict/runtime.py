@@ -205,16 +205,16 @@ def solved_residual(step_at: Callable[[float], float], measured: float, units: i
     predicted 2-4% short of themselves at 4 ranks on the 2-core VM: a residual lengthens the actions, which changes
     how many ranks compute side by side and so their slowdowns. Where the step stops answering (held at its compute
     and update: ``predict_step``), the nearest found is kept."""
-    low, at_low = 0.0, step_at(0.0) - measured
-    high = guess if guess is not None else -at_low / units
-    at_high = step_at(high) - measured
-    best = min((low, at_low), (high, at_high), key=lambda point: abs(point[1]))
+    previous, previous_miss = 0.0, step_at(0.0) - measured
+    current = guess if guess is not None else -previous_miss / units
+    miss = step_at(current) - measured
+    best = min((previous, previous_miss), (current, miss), key=lambda point: abs(point[1]))
     for _ in range(20):
-        if abs(best[1]) <= SOLVE_TOLERANCE_MS or at_high == at_low:
+        if abs(best[1]) <= SOLVE_TOLERANCE_MS or miss == previous_miss:
             break
-        low, at_low, high = high, at_high, high - at_high * (high - low) / (at_high - at_low)
-        at_high = step_at(high) - measured
-        best = min(best, (high, at_high), key=lambda point: abs(point[1]))
+        previous, previous_miss, current = current, miss, current - miss * (current - previous) / (miss - previous_miss)
+        miss = step_at(current) - measured
+        best = min(best, (current, miss), key=lambda point: abs(point[1]))
     return best[0]
 
 
