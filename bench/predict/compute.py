@@ -146,7 +146,7 @@ def compute_costs(
 
 
 STEP_SPREAD_LIMIT, STEP_TRIES = 0.5, 3
-"""A batch's plain-step repeats straying past this half-range are timed again, this many tries in all: the eleven
+"""A batch's plain-step repeats straying past this half-range are timed again, this many tries in all: the nine
 calibrations of the three target sweeps strayed 24% at most; a main job's read 328% (batch 16, 2 threads), its median
 16 ms above its blocks', and mp (that micro-batch) came out +164%."""
 
