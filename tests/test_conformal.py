@@ -6,7 +6,14 @@ import random
 
 import pytest
 
-from bench.predict.conformal import COVERAGE, conformal_half_width, held_out_errors, held_out_scores, interval
+from bench.predict.conformal import (
+    COVERAGE,
+    HeldOutErrors,
+    conformal_half_width,
+    held_out_errors,
+    held_out_scores,
+    interval,
+)
 
 
 @pytest.mark.parametrize(("scores", "half"), [
@@ -22,15 +29,16 @@ def test_the_interval_is_the_wider_of_the_spread_and_the_quantile_and_says_which
     alone = interval(100.0, 0.02)  # bench predict: nothing measured against it
     assert (alone.low_ms, alone.high_ms) == pytest.approx((100 / 1.02, 102.0))
     assert alone.basis == "the calibration's spread (2.0%)"
-    few = interval(100.0, 0.02, [0.5, 0.5])
+    few = interval(100.0, 0.02, HeldOutErrors([0.5, 0.5]))
     assert (few.low_ms, few.high_ms) == pytest.approx((100 / 1.02, 102.0)) and "too few" in few.basis
-    wide = interval(100.0, 0.02, [0.1, 0.3, 0.2, 0.05])
+    wide = interval(100.0, 0.02, HeldOutErrors([0.1, 0.3, 0.2, 0.05]))
     assert (wide.low_ms, wide.high_ms) == pytest.approx((100 / 1.3, 130.0))
     assert wide.basis.startswith("the 80% quantile of 4 earlier held-out errors of this calibration (30.0%)")
-    narrow = interval(100.0, 0.4, [0.1, 0.3, 0.2, 0.05])
+    narrow = interval(100.0, 0.4, HeldOutErrors([0.1, 0.3, 0.2, 0.05]))
     assert (narrow.low_ms, narrow.high_ms) == pytest.approx((100 / 1.4, 140.0))
     assert "spread (40.0%), wider" in narrow.basis
-    assert interval(100.0, 0.02, [1.5] * 4).low_ms == pytest.approx(40.0)  # a factor 2.5 either way: never below 0
+    # a factor 2.5 either way: never below 0
+    assert interval(100.0, 0.02, HeldOutErrors([1.5] * 4)).low_ms == pytest.approx(40.0)
 
 
 def _row(measured: float, predicted: float, **overrides: object) -> dict[str, object]:
@@ -60,7 +68,8 @@ def test_online_the_intervals_hold_their_share_where_the_spread_alone_would_not(
     runs = 400
     for _ in range(runs):
         predicted, measured = 100.0, 100.0 * (1.06 + rng.gauss(0, 0.08))
-        for name, scores in (("conformal", held_out_scores(rows, "calibration a.json")), ("spread", None)):
+        for name, scores in (("conformal", HeldOutErrors(held_out_scores(rows, "calibration a.json"))),
+                             ("spread", None)):
             got = interval(predicted, 0.025, scores)
             inside[name] += got.low_ms <= measured <= got.high_ms
         rows.append(_row(measured, predicted))

@@ -90,12 +90,10 @@ def conformal_half_width(scores: Sequence[float], coverage: float = COVERAGE) ->
     return sorted(scores)[rank - 1] if rank <= len(scores) else None
 
 
-def interval(step_ms: float, spread: float, held_out: Sequence[float] | HeldOutErrors | None = None,
+def interval(step_ms: float, spread: float, held_out: HeldOutErrors | None = None,
              coverage: float = COVERAGE) -> Interval:
     """``step_ms`` over and times (1 + the wider of the calibration's ``spread`` and the conformal half-width of
     the ``held_out`` errors); None where no run has been measured against it (``bench predict``)."""
-    if held_out is not None and not isinstance(held_out, HeldOutErrors):
-        held_out = HeldOutErrors(held_out)
     scores, whose = (None, "") if held_out is None else (held_out.scores, held_out.whose)
     spread_basis = f"the calibration's spread ({spread:.1%})"
     conformal = None if scores is None else conformal_half_width(scores, coverage)
