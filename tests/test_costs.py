@@ -134,12 +134,19 @@ def test_fsdp_peaks_where_its_backward_holds_two_blocks_gathered_a_block_s_gradi
     moments = held_at([1, 2, 4], [10.0, 10.0, 10.0], 2, zero3=True)
     peak = max(moments, key=lambda held: sum(held.values()))
     # The last block's backward: every activation, blocks 2 and 1 gathered, block 2's whole gradients.
-    assert peak == {"activations": 30.0, "gathered_parameters": 24.0, "temporaries": 16.0, "gradients": 0.0}
+    assert peak == {"activations": 30.0, "gathered_parameters": 24.0, "temporaries": 16.0, "gradients": 0.0,
+                    "block_copied_out": 0.0}
     # Block 1's backward: block 2's gradient shard made, its scatter buffer still held beside block 1's gradients.
-    assert {"activations": 20.0, "gathered_parameters": 12.0, "temporaries": 24.0, "gradients": 8.0} in moments
+    assert {"activations": 20.0, "gathered_parameters": 12.0, "temporaries": 24.0, "gradients": 8.0,
+            "block_copied_out": 0.0} in moments
     # ZeRO-2 keeps every block gathered from its forward: the last block's backward holds all of them.
     zero2 = max(held_at([1, 2, 4], [10.0, 10.0, 10.0], 2, zero3=False), key=lambda held: sum(held.values()))
     assert zero2["gathered_parameters"] == 28.0
+    # As the last block is copied out of its all-gather's buffer: blocks 0 and 1 kept, the buffers of blocks 1 and 2
+    # and block 2's copy.
+    forward = {"activations": 20.0, "gathered_parameters": 12.0 + 24.0, "block_copied_out": 16.0, "temporaries": 0.0,
+               "gradients": 0.0}
+    assert forward in held_at([1, 2, 4], [10.0, 10.0, 10.0], 2, zero3=False)
 
 
 def test_a_residual_below_zero_never_takes_the_step_under_its_compute_and_update() -> None:
