@@ -93,3 +93,15 @@ def test_a_strategy_with_enough_errors_of_its_own_takes_its_interval_from_them_t
     tp = held_out_errors(rows, "calibration a.json", "tp")  # none of its own: every strategy's
     assert len(tp.scores) == 9 and tp.whose == "this calibration"
     assert interval(100.0, 0.02, tp).high_ms == pytest.approx(128.0)
+
+
+def test_a_calibration_s_first_runs_take_the_other_calibrations_errors_where_it_has_too_few() -> None:
+    """The third target sweep's first runs of each calibration, on its spread alone (2-8%), held 5 of 12; the
+    errors of the calibrations predicted before it (the sweep's other models) are nearer what they meet."""
+    other = [_row(100 * (1 + e), 100, compute_source="calibration mlp.json") for e in (0.05, 0.06, 0.07, 0.08)]
+    first = held_out_errors([*other, _row(101, 100)], "calibration a.json", "ddp")
+    assert first.whose == "every calibration's runs in the results file" and len(first.scores) == 5
+    assert interval(100.0, 0.02, first).high_ms == pytest.approx(108.0)  # the spread alone: 102
+    # once the calibration has enough of its own, the others' no longer count
+    own = held_out_errors([*other, *(_row(101, 100) for _ in range(4))], "calibration a.json", "ddp")
+    assert own.scores == pytest.approx([0.01] * 4)
