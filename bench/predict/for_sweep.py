@@ -23,7 +23,7 @@ from bench.harness.records import read_records
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration, Canary
-from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms, corrected, drift_fields
+from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms, corrected, drift_fields, taken_out
 from bench.predict.compute import Disturbed
 from bench.predict.conformal import HeldOutErrors, held_out_errors
 from bench.predict.costs import predicted_strategies
@@ -61,7 +61,7 @@ class SweepPredictor:
         notes = record["notes"]
         assert isinstance(notes, list)
         drift = canary["canary_drift"]
-        return handed_over({**corrected(record, drift if isinstance(drift, float) else None), **canary,
+        return handed_over({**corrected(record, taken_out(drift) if isinstance(drift, float) else None), **canary,
                             "notes": [*notes, *([note] if note else [])]})
 
     def _canary(self, calibration: Calibration, config: RunConfig) -> tuple[Canary | None, float | None]:
