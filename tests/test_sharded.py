@@ -111,7 +111,8 @@ def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Pat
     # came out 22-57% under the tracker's on the small models (the memory scores of the target sweeps).
     # Here the old walk's were 35% under.
     predicted = _predicted_memory(configs[2])
-    assert math.isclose(predicted["gathered_parameters"], zero2["gathered_parameters"], rel_tol=0.02), (predicted, zero2)
+    assert math.isclose(predicted["gathered_parameters"], zero2["gathered_parameters"], rel_tol=0.02), \
+        (predicted, zero2)
     # The predicted activations: each rank keeps its share of what the plan splits (the heads, the MLP's
     # hidden) and all of the rest. Taking none of them as split, as the model once did, misses by 40% here.
     predicted, unsplit = _predicted_activations(configs[-1])
