@@ -160,10 +160,11 @@ def held_at(sizes: Sequence[int], saved: Sequence[float], n: int, zero3: bool, g
 
     FSDP2 gathers a block for its forward and frees it after (ZeRO-3) or keeps it to its backward (ZeRO-2). As
     a block's forward starts it copies the block out of the all-gather's buffer while the previous block's buffer
-    is still held: the block twice (buffer and copy), the previous block's buffer beside it. Measured (FSDPMemTracker, small models on 2 and
-    4 gloo ranks): ZeRO-2 peaks there on the cnn, the mlp and the 4-rank transformer, the earlier blocks gathered
-    beside the two buffers (cnn: 24.6 + 14.0 + 18.0 MiB of gathered parameters, as tracked to 0.01 MiB) and the
-    block's copy counted among the activations at that moment (not in the activations scored, read at the loss).
+    is still held: the block twice (buffer and copy), the previous block's buffer beside it. Measured
+    (FSDPMemTracker, small models on 2 and 4 gloo ranks): ZeRO-2 peaks there on the cnn, the mlp and the 4-rank
+    transformer, the earlier blocks gathered beside the two buffers (cnn: 24.6 + 14.0 + 18.0 MiB of gathered
+    parameters, as tracked to 0.01 MiB) and the block's copy counted among the activations at that moment (not in
+    the activations scored, read at the loss).
     In the backward FSDP2 gathers the next block while this one computes (ZeRO-3), makes this block's whole
     gradients, copies them into the reduce-scatter's buffer, and frees the previous block's buffer only when this
     one's scatter starts. Measured (cnn small on 2 ranks, ZeRO-3): the peak in block 7's backward held blocks 7
