@@ -180,14 +180,9 @@ class DataParallelCost(CostModel):
                gathered_bytes: int = FP32) -> dict[str, int]:
         parameters = sum(b.parameters for b in blocks)
         # DDP's buckets hold a copy of the gradients
-        kinds = by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
-                        sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch / scenario.devices,
-                        temporaries=FP32 * parameters)
-        # The buckets are there from the backward's first block on, while the activations are not yet freed: the
-        # tracker's peak (transformer small, 2 ranks) held all but the head's activations (34.1 MiB) beside them
-        # (17.6 MiB, the loss's gradient included). Taken at the optimizer step alone, the total was 20% under.
-        held = kinds["parameters"] + kinds["optimizer_state"] + kinds["temporaries"]
-        return {**kinds, "total": held + max(kinds["activations"], kinds["gradients"])}
+        return by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
+                       sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch / scenario.devices,
+                       temporaries=FP32 * parameters)
 
 
 class DistributedDataParallelStrategy(Strategy):
