@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from bench.harness.ranks import torch_threads
-from bench.predict.backward_split import split_backward_ms
+from bench.predict.backward_split import split_backward_ms, takes_gradient
 from bench.predict.calibration import BlockCost, ComputeCosts, Line
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample, tensor_counts
 from models.spec import ModelSpec
@@ -42,7 +42,7 @@ def block_times_ms(spec: ModelSpec, batch: int, device: torch.device, repeats: i
     for r in range(repeats + 1):
         block_inputs, outputs, x = [], [], inputs
         for i, block in enumerate(blocks):
-            x = x.detach().requires_grad_(x.is_floating_point())
+            x = x.detach().requires_grad_(takes_gradient(i, x))
             start = now()
             out = block(x)
             if i == len(blocks) - 1:
