@@ -187,6 +187,30 @@ def test_the_pipelines_residual_is_split_where_its_reference_run_measured_its_bu
     assert step.step_ms == pytest.approx(slower)  # where the residual falls moves no step
 
 
+def test_a_pipeline_quicker_than_its_blocks_timed_alone_still_waits_between_its_actions(tmp_path: Path) -> None:
+    """The small cnn at 2 ranks: its actions ran quicker than their blocks timed alone (a residual of -0.09 ms) while
+    the ranks waited between them. Taken as a share of that residual the gap came out nil, and the bubble short."""
+    from bench.predict.collectives import bubble_key
+    from bench.predict.runtime import reference_configs, residuals
+    from bench.predict.scenario import scenario_for
+
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    pp = {"pp": reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)["pp"]}
+    calibration = equal_blocks(5)
+    scenario = scenario_for(pp["pp"])
+    between, quicker = 0.3, -0.4  # ms an action: the gap, and the spans' own difference from their blocks
+    truth = calibration.with_runtime(2, RuntimeOverheads(pp_per_action=between + quicker,
+                                                         pp_idle_per_action=between))
+    measured = predict_step(truth, scenario, 1)
+    assert measured.bubble is not None and measured.bubble > (predict_step(calibration, scenario, 1).bubble or 0.0)
+    found = residuals(calibration, 2, pp, {"pp": measured.step_ms, bubble_key("pp"): measured.bubble})
+    assert found["pp_per_action"] < 0 and found["pp_per_action"] == pytest.approx(between + quicker, abs=1e-3)
+    assert found["pp_idle_per_action"] == pytest.approx(between, abs=1e-3)
+    step = predict_step(calibration.with_runtime(2, found), scenario, 1)
+    assert step.bubble == pytest.approx(measured.bubble, abs=1e-4)
+
+
 def test_hybrids_reference_run_leaves_the_pipelines_idle_share_alone(tmp_path: Path) -> None:
     """hybrid's residual is per step, not per action: its reference run's bubble wrote hybrid_per_step's share
     into pp's idle term (15.3 ms an action where pp's own residual was 1.2, small mlp on 4 ranks)."""
@@ -284,8 +308,7 @@ def test_a_residual_is_solved_so_its_reference_run_is_predicted_as_measured(tmp_
     # the one step along the line through no residual that the fit starts from misses by more than that
     units = cost_model("pp").runtime_units(scenario, 5)
     one_step = (measured["pp"] - plain.step_ms) / units
-    shares = RuntimeOverheads(pp_per_action=one_step, pp_idle_per_action=found["pp_idle_per_action"] / found[
-        "pp_per_action"] * one_step)
-    assert abs(predict_step(calibration.with_runtime(4, shares), scenario, 1).step_ms / measured["pp"] - 1) > 0.005
+    first = RuntimeOverheads(pp_per_action=one_step, pp_idle_per_action=found["pp_idle_per_action"])
+    assert abs(predict_step(calibration.with_runtime(4, first), scenario, 1).step_ms / measured["pp"] - 1) > 0.005
     # a step that stops answering (held at its compute and update) keeps the nearest residual found
     assert solved_residual(lambda r: max(10.0, 10.0 + r), 5.0, 1) <= 0.0
