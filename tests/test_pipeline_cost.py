@@ -179,3 +179,22 @@ def test_the_per_action_residual_is_read_where_the_reference_runs_micro_batch_is
     at = 64 // m * REFERENCE_MICROBATCHES
     fixed = free.with_runtime(ranks, RuntimeOverheads(pp_per_action=2.0 * (96 - at) / 88))
     assert predict_step(line, scenario, 1).step_ms == pytest.approx(predict_step(fixed, scenario, 1).step_ms)
+
+
+def test_each_rank_steps_its_optimizer_as_its_own_part_of_the_schedule_ends() -> None:
+    # Under GPipe the last stage's backwards come first: its update runs while the first stage drains. The small
+    # cnn's last stage holds 40 of its 42 MiB of weights; its update after the schedule put 5 ms on every 2-rank
+    # step that the runs hid, and the per-action residuals fitted on them came out below zero.
+    from bench.predict.calibration import BlockCost, ComputeCosts
+
+    base = equal_blocks(2)
+    light, heavy = (BlockCost(Line(1.0, 0.0), Line(2.0, 0.0), n, 100.0, 10.0) for n in (10, 1000))
+    per_parameter = 1.5 / 1000  # the heavy stage's update: 1.5 ms, less than the one backward it drains before
+    costs = ComputeCosts([light, heavy], per_parameter)
+    calibration = dataclasses.replace(base, threads={t: costs for t in base.threads})
+    step = predict_step(calibration, Scenario("pp", 2, 8, microbatches=4, schedule="gpipe"), 1)
+    makespan = max(s.end for s in step.timeline)
+    last_stage_done = max(s.end for s in step.timeline if s.rank == 1)
+    assert makespan - last_stage_done == pytest.approx(2.0)  # the first stage's last backward
+    assert step.update_ms == pytest.approx(10 * per_parameter)  # only the first stage's, after the makespan
+    assert step.step_ms == pytest.approx(makespan + 10 * per_parameter)
