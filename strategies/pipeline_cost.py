@@ -18,6 +18,7 @@ from strategies.cost_model import (
     BlockCosts,
     CostModel,
     CostSource,
+    RuntimeOverheads,
     Scenario,
     StepPrediction,
     by_kind,
@@ -175,6 +176,7 @@ class PipelineCost(CostModel):
         # (a residual of -0.09 ms) while the ranks still waited between them; capped at the residual, the gaps
         # came out nil and the two-stage schedules' idle time half the measured (docs/predictor.md)
         between = max(0.0, runtime[PP_IDLE])
+        waited = between + self.idle_beyond_pp_ms(runtime)
         slows: dict[Action, float] = {}
 
         def gap(action: Action) -> float:
@@ -184,7 +186,7 @@ class PipelineCost(CostModel):
             # where more ranks compute side by side (1F1B, interleaved, m = 8): re-predicted from the two target
             # sweeps' calibrations (residuals solved exactly either way), the pipelines' median 4.3% -> 3.9% and
             # 7.8% -> 7.2%, bubbles within 0.05 27 -> 35 and 20 -> 26 of 52 (docs/predictor.md).
-            return between * slows.get(action, all_at_work)
+            return waited * slows.get(action, all_at_work)
 
         def duration(action: Action) -> float:
             forward, backward = times[action.stage]
@@ -212,7 +214,9 @@ class PipelineCost(CostModel):
                      / 2 for s in spans}
             spans = simulate(table, duration, transfer, gap)
         makespan = max(s.end for s in spans)
-        busy = max(sum(s.end - s.start + gap(s.action) for s in spans if s.rank == r) for r in table)
+        # busy: the actions and the schedule's own work between them (pp's gap), not what a rank waits beyond it
+        busy = max(sum(s.end - s.start + between * slows.get(s.action, all_at_work) for s in spans if s.rank == r)
+                   for r in table)
         # the blocks of every stage pipeline rank r holds (stage s runs on rank s % ranks)
         held = [[i for p in range(r, ranks * v, ranks) for i in parts[p]] for r in range(ranks)]
         stage_parameters = max(self.local_parameters(blocks, ids, scenario) for ids in held)
@@ -236,6 +240,10 @@ class PipelineCost(CostModel):
 
     def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: float, replicas: int) -> float:
         """What the replicas' gradient averaging adds after the schedule (none for one pipeline)."""
+        return 0.0
+
+    def idle_beyond_pp_ms(self, runtime: RuntimeOverheads) -> float:
+        """What a rank waits between its actions beyond pp's own gap (none in a plain pipeline)."""
         return 0.0
 
     def runtime_per_step_ms(self, costs: CostSource, scenario: Scenario, ids: Sequence[int]) -> float:
