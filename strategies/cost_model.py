@@ -166,12 +166,6 @@ class CostModel:
         """How many times ``residual`` is paid in a step of ``scenario`` (a model of ``blocks`` blocks)."""
         return 1
 
-    def idle_ceiling_ms(self, scenario: Scenario, blocks: int, measured: float, residual: float) -> float:
-        """The most ``idle_residual`` can be where its reference run of ``scenario`` measured a ``measured`` ms
-        step and left ``residual`` (fitted with no idle time): a rank cannot wait longer per action than its
-        step, divided among its units."""
-        return measured / max(1, self.runtime_units(scenario, blocks))
-
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         """The options beyond the defaults of its reference run on ``ranks`` processes (micro-batch counts as
         ``microbatches``); None where it has none on that many."""

@@ -6,15 +6,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from strategies.cost_model import FP32, BlockCosts, CostSource, RuntimeOverheads, Scenario, whole_pass
+from strategies.cost_model import FP32, BlockCosts, CostSource, Scenario, whole_pass
 from strategies.fsdp import ShardedCost
 from strategies.mesh import MeshLayout
 from strategies.options import MeshOptions, OptionSource
 from strategies.pipeline_cost import PipelineCost
 from strategies.tensor_parallel import TensorParallelCost
-
-HYBRID_IDLE = "hybrid_idle_per_action"
-"""The milliseconds a dp x pp rank waits between its actions beyond pp's own gap, at least zero."""
 
 
 class HybridCost(PipelineCost):
@@ -29,15 +26,9 @@ class HybridCost(PipelineCost):
     """Beyond pp's per action: the replicas' gradient averaging by hand (strategies/ddp.py's ReplicaAverager)
     and the two meshes' groups, per step (fitted on dp x pp; meshes with tp or FSDP take tp's per-layer
     and fsdp's per-block terms instead)."""
-    idle_residual = HYBRID_IDLE
-    """What its ranks wait between actions beyond pp's gap (``PP_IDLE``, fitted on pp's reference run), fitted on
-    its own reference run's bubble; the per-step residual is what is left after the schedule. With the whole
-    residual after the schedule, the small mlp's and cnn's dp 2 x pp 2 steps were predicted within 3% and their
-    bubbles 0.05-0.11 under the measured (the seventh target sweep: 8 of its 11 bubbles off by more than 0.05):
-    their schedules ran 12-20 ms longer than predicted and their averaging that much shorter."""
-
-    def idle_beyond_pp_ms(self, runtime: RuntimeOverheads) -> float:
-        return max(0.0, runtime[HYBRID_IDLE])
+    idle_residual = None
+    """Its residual is per step: pp's share of each action spent between the spans is pp's (fitted on pp's
+    reference run); hybrid's own reference bubble, fitted into it, overwrote pp's idle term."""
 
     def specialise(self, scenario: Scenario, options: OptionSource, model: str, preset: str, norm: str) -> Scenario:
         mesh = options.group(MeshOptions)
@@ -102,12 +93,6 @@ class HybridCost(PipelineCost):
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return 1
-
-    def idle_ceiling_ms(self, scenario: Scenario, blocks: int, measured: float, residual: float) -> float:
-        # Its waits are part of what its per-step residual found after the schedule, moved into it: at most all of
-        # that, over a rank's actions (pp's units). Bounded by the step, a reference bubble no gap reaches took the
-        # whole step into the gaps and the residual 300 ms below zero to pay for it.
-        return max(0.0, residual) / PipelineCost.runtime_units(self, scenario, blocks)
 
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         if ranks < 4 or ranks % 2:  # 2 replicas of a pipeline of at least 2 stages

@@ -18,7 +18,6 @@ from strategies.cost_model import (
     BlockCosts,
     CostModel,
     CostSource,
-    RuntimeOverheads,
     Scenario,
     StepPrediction,
     by_kind,
@@ -92,9 +91,6 @@ def ranks_at_work(spans: Sequence[SimulatedSpan]) -> dict[Action, float]:
             for s in spans}
 
 
-OWN_CORE_RANKS = 2
-"""The fewest ranks a pipeline runs on: where, on a CPU of 2 cores or more, each rank has a core to itself, so
-what it spends between its actions is its own work, not a wait for a core."""
 PP_IDLE = "pp_idle_per_action"
 """The milliseconds of pp's per-action residual a rank spends between its actions (the schedule's own work: posting
 receives, waking on them), at least zero; the rest of the residual is inside the actions, below zero where they run
@@ -179,11 +175,6 @@ class PipelineCost(CostModel):
         # (a residual of -0.09 ms) while the ranks still waited between them; capped at the residual, the gaps
         # came out nil and the two-stage schedules' idle time half the measured (docs/predictor.md)
         between = max(0.0, runtime[PP_IDLE])
-        waited = between + self.idle_beyond_pp_ms(runtime)
-        # Of that gap, the rank's own work (posting receives, the schedule's Python) keeps a core busy as an action
-        # does; the rest is waiting for one. Its own work is the gap where each rank has a core to itself (the
-        # fewest ranks calibrated, OWN_CORE_RANKS), the rest of a larger gap on more ranks the wait.
-        own_work = min(between, max(0.0, costs.runtime_for(OWN_CORE_RANKS, samples * REFERENCE_MICROBATCHES)[PP_IDLE]))
         slows: dict[Action, float] = {}
 
         def gap(action: Action) -> float:
@@ -193,7 +184,7 @@ class PipelineCost(CostModel):
             # where more ranks compute side by side (1F1B, interleaved, m = 8): re-predicted from the two target
             # sweeps' calibrations (residuals solved exactly either way), the pipelines' median 4.3% -> 3.9% and
             # 7.8% -> 7.2%, bubbles within 0.05 27 -> 35 and 20 -> 26 of 52 (docs/predictor.md).
-            return waited * slows.get(action, all_at_work)
+            return between * slows.get(action, all_at_work)
 
         def duration(action: Action) -> float:
             forward, backward = times[action.stage]
@@ -214,20 +205,14 @@ class PipelineCost(CostModel):
         spans = simulate(table, duration, transfer, gap)
         # Each action computes at the slowdown of the ranks at work beside it (over every replica), found by
         # iterating from all of them at work (each round goes half way: a full step swings between fewer and
-        # more actions side by side). A rank in its own work before an action is at work too: counted only in
-        # its spans, 1F1B's steady state looked calmer than GPipe's fill and drain, and the small mlp's 1F1B on 4
-        # ranks came out 18-19% short in three target sweeps while both measured alike (docs/predictor.md).
+        # more actions side by side).
         for _ in range(PIPELINE_ITERATIONS if all_at_work != 1.0 else 0):
-            working = [SimulatedSpan(s.rank, s.action, s.start - own_work * slows.get(s.action, all_at_work), s.end)
-                       for s in spans]
-            beside = ranks_at_work(working)
+            beside = ranks_at_work(spans)
             slows = {s.action: (slows.get(s.action, all_at_work) + costs.slowdown_for(replicas * beside[s.action]))
                      / 2 for s in spans}
             spans = simulate(table, duration, transfer, gap)
         makespan = max(s.end for s in spans)
-        # busy: the actions and the schedule's own work between them (pp's gap), not what a rank waits beyond it
-        busy = max(sum(s.end - s.start + between * slows.get(s.action, all_at_work) for s in spans if s.rank == r)
-                   for r in table)
+        busy = max(sum(s.end - s.start + gap(s.action) for s in spans if s.rank == r) for r in table)
         # the blocks of every stage pipeline rank r holds (stage s runs on rank s % ranks)
         held = [[i for p in range(r, ranks * v, ranks) for i in parts[p]] for r in range(ranks)]
         stage_parameters = max(self.local_parameters(blocks, ids, scenario) for ids in held)
@@ -251,10 +236,6 @@ class PipelineCost(CostModel):
 
     def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: float, replicas: int) -> float:
         """What the replicas' gradient averaging adds after the schedule (none for one pipeline)."""
-        return 0.0
-
-    def idle_beyond_pp_ms(self, runtime: RuntimeOverheads) -> float:
-        """What a rank waits between its actions beyond pp's own gap (none in a plain pipeline)."""
         return 0.0
 
     def runtime_per_step_ms(self, costs: CostSource, scenario: Scenario, ids: Sequence[int]) -> float:

@@ -140,29 +140,6 @@ def test_the_schedules_work_between_actions_runs_at_the_slowdown_its_action_meet
     assert slowed == pytest.approx([between * d / forward for d in durations])
 
 
-def test_a_rank_in_its_own_work_between_actions_is_at_work_and_one_waiting_for_a_core_is_not() -> None:
-    # The gap on 4 ranks is 0.5 ms an action; where each rank had a core (2 ranks) it was all of it (own work: the
-    # ranks compute side by side more and slow each other), or none (a wait for a core, which adds no demand).
-    from strategies.cost_model import RuntimeOverheads
-
-    p, m, between = 4, 8, 0.5
-    scenario = Scenario("pp", p, 8 * m, microbatches=m, schedule="1f1b")
-    base = equal_blocks(p)
-    runtime = RuntimeOverheads(pp_per_action=between, pp_idle_per_action=between)
-    both = dataclasses.replace(base, communication={2: base.communication[2], 4: base.communication[2]})
-
-    def step(own: float, slowdown: dict[int, float]) -> float:
-        calibration = both.with_runtime(4, runtime).with_runtime(
-            2, RuntimeOverheads(pp_per_action=own, pp_idle_per_action=own))
-        return predict_step(dataclasses.replace(calibration, slowdown=slowdown), scenario, 1).step_ms
-
-    shared = {2: 1.0, 4: 2.0}
-    assert step(between, shared) > 1.05 * step(0.0, shared)
-    assert step(between, shared) > step(between / 2, shared) > step(0.0, shared)
-    assert step(2 * between, shared) == pytest.approx(step(between, shared))  # own work is at most the gap
-    assert step(between, {2: 1.0, 4: 1.0}) == pytest.approx(step(0.0, {2: 1.0, 4: 1.0}))  # a core each
-
-
 def test_the_residual_spent_between_actions_holds_the_rank_outside_their_spans() -> None:
     # As a measured timeline has it: its spans time the stages' compute only.
     from strategies.cost_model import RuntimeOverheads

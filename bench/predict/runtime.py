@@ -184,10 +184,10 @@ def _fitted(calibration: Calibration, ranks: int, found: RuntimeOverheads, model
     residual = solved_residual(lambda r: predicted(r, gap).step_ms, measured, units)
     if bubble is None:
         return with_terms(residual, gap)
-    ceiling = model.idle_ceiling_ms(scenario, len(calibration.blocks(1)), measured, residual)
     for _ in range(IDLE_ROUNDS):
         # where the residual falls moves the step a little (the spans' slowdowns), so the two are fitted in turn
-        gap = idle_gap(lambda g: predicted(residual, g).bubble or 0.0, bubble, ceiling)  # noqa: B023 (called at once)
+        gap = idle_gap(lambda g: predicted(residual, g).bubble or 0.0, bubble,  # noqa: B023 (called at once)
+                       measured / units)
         residual = solved_residual(lambda r: predicted(r, gap).step_ms, measured, units, residual)  # noqa: B023
     return with_terms(residual, gap)
 
