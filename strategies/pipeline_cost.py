@@ -215,14 +215,17 @@ class PipelineCost(CostModel):
         busy = max(sum(s.end - s.start + gap(s.action) for s in spans if s.rank == r) for r in table)
         # the blocks of every stage pipeline rank r holds (stage s runs on rank s % ranks)
         held = [[i for p in range(r, ranks * v, ranks) for i in parts[p]] for r in range(ranks)]
-        stage_parameters = max(self.local_parameters(blocks, ids, scenario) for ids in held)
+        held_parameters = [self.local_parameters(blocks, ids, scenario) for ids in held]
+        stage_parameters = max(held_parameters)
         # Each rank steps its optimizer once its own last action is done, while the others drain: the step
         # ends with the last rank's update, not with the largest update after the last action. Taken so, the
         # small cnn's last stage (40 of its 42 MiB of weights, done first under GPipe and 1F1B) put 5 ms after
         # every 2-rank step that the runs hid, and the per-action residuals fitted on them came out below zero.
-        ends = [max((s.end for s in spans if s.rank == r), default=0.0) for r in range(ranks)]
-        finish = max(end + costs.optimizer_ms(threads, self.local_parameters(blocks, ids, scenario)) * all_at_work
-                     for end, ids in zip(ends, held, strict=True))
+        ends = [0.0] * ranks
+        for s in spans:  # one pass: a plan prices thousands of long schedules
+            ends[s.rank] = max(ends[s.rank], s.end)
+        finish = max(end + costs.optimizer_ms(threads, parameters) * all_at_work
+                     for end, parameters in zip(ends, held_parameters, strict=True))
         update = finish - makespan
         # Idle time inside the schedule is the bubble (and waiting on transfers); the replicas' gradient
         # all-reduce runs after it, exposed.
