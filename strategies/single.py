@@ -23,8 +23,7 @@ from strategies.cost_model import (
 
 class WholeModelCost(CostModel):
     """One process computes every block, one after another, for each of its passes (``microbatches``: mp's
-    stages take turns, as its devices do), then the update; the step's own overhead once. In-process strategies
-    keep every core."""
+    stages take turns, as its devices do), then the update. In-process strategies keep every core."""
 
     def passes(self, scenario: Scenario) -> int:
         return 1
@@ -35,14 +34,11 @@ class WholeModelCost(CostModel):
         passes = self.passes(scenario)
         samples = scenario.global_batch / passes
         forward, backward = whole_pass(blocks, range(len(blocks)), samples)
-        # The step pays (or gains) once what a whole plain step at its batch did beyond its blocks, each pass
-        # the strategy's own runtime (mp's hand-over between stages). Paid per pass at the micro-batch's size,
-        # the plain steps' noise at a few samples went in m times: the small transformer's overhead read 4.6 ms
-        # at 2 samples and mp m=8 x4 came out +24% (re-predicted from five target sweeps' mp runs: median
-        # 4.5% -> 2.6%, largest 24.3% -> 16.9%; docs/predictor.md).
+        # Each pass pays (or gains) what a whole pass did beyond its blocks in the calibration's plain steps,
+        # plus the strategy's own runtime per pass (mp's hand-over between stages).
         per_pass = (costs.runtime_for(scenario.devices, scenario.global_batch)[self.residual]
                     if self.residual else 0.0)
-        compute = (forward + backward + per_pass) * passes + costs.overhead_ms(threads, scenario.global_batch)
+        compute = (forward + backward + costs.overhead_ms(threads, samples) + per_pass) * passes
         update = costs.optimizer_ms(threads, sum(b.parameters for b in blocks))
         return StepPrediction(compute + update, compute, 0.0, update)
 

@@ -24,7 +24,7 @@ def test_ddp_with_free_communication_is_its_compute() -> None:
     assert step.step_ms == pytest.approx(4 * 1.0 + 4 * 2.0 + 5.0)
 
 
-def test_one_process_steps_gain_once_what_whole_steps_ran_under_their_blocks_and_processes_do_not() -> None:
+def test_passes_in_one_process_gain_what_whole_steps_ran_under_their_blocks_and_processes_do_not() -> None:
     # Whole plain steps measured 3 ms under their 4 blocks' sum (12 ms) at every batch.
     equal = equal_blocks(4, update=5.0)
     faster = Line.fit([(1, -3.0), (64, -3.0)])
@@ -32,7 +32,7 @@ def test_one_process_steps_gain_once_what_whole_steps_ran_under_their_blocks_and
         t: dataclasses.replace(costs, step_overhead_ms=faster) for t, costs in equal.threads.items()})
     assert predict_step(calibration, Scenario("single", 1, 64), 1).step_ms == pytest.approx(12.0 - 3.0 + 5.0)
     mp = predict_step(calibration, Scenario("mp", 2, 64, microbatches=4), 1)
-    assert mp.step_ms == pytest.approx(4 * 12.0 - 3.0 + 5.0)  # every micro-batch its blocks, the step's own once
+    assert mp.step_ms == pytest.approx(4 * (12.0 - 3.0) + 5.0)  # every micro-batch a whole pass
     # ddp's residual was measured against a prediction that took the overhead as zero (runtime.py).
     assert predict_step(calibration, Scenario("ddp", 2, 64), 1).step_ms == pytest.approx(12.0 + 5.0)
 
