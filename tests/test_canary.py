@@ -56,22 +56,3 @@ def test_a_runs_canary_is_one_pass_of_one_of_its_processes() -> None:
     assert canary_layout(64, 1, 1) == (cores, 64)  # single, ddp on one device
     assert canary_layout(64, 1, 4) == (cores, 16)  # mp: one process, 4 micro-batches
     assert canary_layout(64, 2, 4) == (threads_per_process(2), 8)  # pp: each rank's micro-batch
-
-
-def test_a_reference_runs_drift_is_its_canary_around_it_over_the_one_beside_the_compute(
-        caplog: pytest.LogCaptureFixture) -> None:
-    from bench.predict.canary import ReferenceDrift
-
-    def cannot_train(threads: int, batch: int) -> float:
-        if batch == 1:
-            raise ValueError("Expected more than 1 value per channel when training")
-        return next(readings)
-
-    readings = iter([10.0, 4.0,  # at the start, layout by layout in order: (1, 4), then (2, 16)
-                     11.0, 13.0])  # just before and just after the reference run
-    watch = ReferenceDrift.started(cannot_train, {(2, 16), (1, 4), (1, 1)})
-    assert watch.at_start == {(1, 4): 10.0, (2, 16): 4.0} and "no reference canary at 1 samples" in caplog.text
-    result, drift = watch.around((1, 4), "pp@16", lambda: "measured")
-    assert result == "measured" and drift == pytest.approx((11.0 * 13.0) ** 0.5 / 10.0)
-    assert "reference pp@16" in caplog.text and "divided by 1.196" in caplog.text
-    assert watch.around((1, 1), "mp@4", lambda: 7) == (7, 1.0)  # no canary at the start: nothing taken out

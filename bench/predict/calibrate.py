@@ -22,7 +22,7 @@ from bench.harness.launch import threads_per_process
 from bench.harness.ranks import like_a_run
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibration import Calibration, Canary, Communication, ComputeCosts
-from bench.predict.canary import DRIFT_LIMIT, REFERENCE_STEPS, Layout, ReferenceDrift, canary_layout, canary_ms
+from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.compute import compute_costs_on, plain_step_ms, timed_batches
 from bench.predict.core_sharing import slowdown
@@ -76,11 +76,6 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     threads = sorted({threads_per_process(d) for d in (1, *(() if cuda else devices))})
     device = torch.device("cuda" if cuda else "cpu")
     canaries_before = _canaries(config, make_spec, devices, microbatches, device)
-    # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
-    ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
-    # the reference runs' own canaries, beside the compute (not on a GPU: untimed against gpu_check.sh's budget)
-    drift = ReferenceDrift.started(functools.partial(_reference_canary, make_spec, optimizer_choice(config).build,
-                                                     device), set() if cuda else _reference_layouts(config, ranks))
     costs = {}
     steps = tqdm(total=len(threads) + len(parallel) + 1, desc="calibrate", unit="step")
     for t in threads:
@@ -90,18 +85,20 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         costs[t] = steady_compute(measure, canary)
         batches = timed_batches(costs[t])  # a batch the model cannot train at is tried, and warned of, once
         steps.update()
+    # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
+    ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
     communication, slow, references = {}, {}, {}
     # ddp on one device runs its reducer with no peer: its runtime is its own, not the one 2 processes fitted
     # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs). Not on a GPU yet:
     # 3 groups of a CUDA process each, untimed against bench/gpu_check.sh's budget.
     if not cuda:
-        communication[1], references[1] = _communication(config, 1, largest, groups, drift)
+        communication[1], references[1] = _communication(config, 1, largest, groups)
     steps.update()
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
         if d in ranks:
-            communication[d], references[d] = _communication(config, d, largest, groups, drift)
+            communication[d], references[d] = _communication(config, d, largest, groups)
         steps.update()
     steps.close()
     env = environment()
@@ -193,55 +190,22 @@ def calibration_arithmetic(precision: str) -> None:
     set_tf32(precision)
 
 
-def _communication(config: RunConfig, ranks: int, largest: int, groups: int, drift: ReferenceDrift) -> tuple[
+def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
         Communication, dict[int, tuple[dict[str, RunConfig], dict[str, float]]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
     known), and by global batch the reference runs there (mp's in a process of its own) with their median
-    steps (and bubbles), by strategy, each divided by the machine's drift since the compute was timed
-    (``ReferenceDrift``). Measured together, named ``strategy@batch``."""
+    steps (and bubbles), by strategy. Measured together, named ``strategy@batch``."""
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "reference.jsonl")
         references = {f"{name}@{n}": c for n in reference_global_batches(ranks, config.run.batch_size)
                       for name, c in reference_configs(config, out, ranks, n).items()}
         on_ranks = {name: c for name, c in references.items() if not in_process(c.strategy)}
-        (curves, reference_ms), moved = drift.around(
-            _ranked_layout(config, ranks), f"runs on {ranks} rank(s)",
-            lambda: measure_collectives(ranks, config.run.accelerator, default_sizes(largest), references=on_ranks,
-                                        groups=groups))
-        reference_ms |= {name: reference_ms[name] / moved for name in on_ranks if name in reference_ms}
-        for name, c in references.items():
-            if in_process(c.strategy):
-                one = {name: c}
-                step_ms, moved = drift.around(_reference_layout(c), name,
-                                              functools.partial(in_process_step_ms, one))
-                reference_ms[name] = step_ms[name] / moved
+        curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
+                                                   references=on_ranks, groups=groups)
+        reference_ms |= in_process_step_ms(references)
     overlap, spread = reference_ms.pop("overlap", 1.0), reference_ms.pop("spread")
     by_batch = {n: (_at_batch(references, n), _at_batch(reference_ms, n))
                 for n in reference_global_batches(ranks, config.run.batch_size)}
     return Communication(curves, overlap=overlap, spread=spread), by_batch
 
 
-def _ranked_layout(config: RunConfig, ranks: int) -> Layout:
-    """The canary layout beside the reference runs on ``ranks`` ranks: one rank's share of the small reference
-    batch (the runs of every batch are measured in one go)."""
-    return canary_layout(min(reference_global_batches(ranks, config.run.batch_size)), ranks, 1)
-
-
-def _reference_layout(reference: RunConfig) -> Layout:
-    """The canary layout of a reference run of one process (mp's): one of its micro-batches on every core."""
-    return canary_layout(reference.run.batch_size or 1, 1, int(reference.as_dict()["microbatches"]))
-
-
-def _reference_layouts(config: RunConfig, ranks: list[int]) -> set[Layout]:
-    """The canary layouts beside the reference runs of one process and on 1 and ``ranks`` ranks."""
-    layouts = {_ranked_layout(config, d) for d in (1, *ranks)}
-    for d in ranks:
-        for n in reference_global_batches(d, config.run.batch_size):
-            layouts |= {_reference_layout(c) for c in reference_configs(config, "unused.jsonl", d, n).values()
-                        if in_process(c.strategy)}
-    return layouts
-
-
-def _reference_canary(make_spec: Callable[[], ModelSpec], build: Callable, device: torch.device, threads: int,
-                      batch: int) -> float:
-    return canary_ms(make_spec, batch, threads, build, device, steps=REFERENCE_STEPS)

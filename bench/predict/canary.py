@@ -18,11 +18,7 @@ compute (a collective's wait, a pipeline's idle time) are assumed to move with t
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
 
 import torch
 
@@ -31,9 +27,6 @@ from bench.predict.calibration import Canary
 from bench.predict.compute import whole_step_ms
 from models.spec import ModelSpec
 from strategies.cost_model import threads_per_process
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 STEPS = 3
 """The canary is the quickest of these plain steps (after one warm-up): noise only adds time."""
@@ -57,20 +50,20 @@ def taken_out(drift: float | None) -> float | None:
 
 
 def canary_ms(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
-              device: torch.device, timeout_s: float = 120.0, steps: int = STEPS) -> float:
+              device: torch.device, timeout_s: float = 120.0) -> float:
     """The quickest of ``STEPS`` plain training steps of ``make_spec()``'s model at ``batch`` samples on
     ``threads`` threads, where a run's process would time them (``ranks.like_a_run``: on a CPU a forked process,
     not the calibrating or sweeping one). Timed in the sweep's own process, the one-thread canary read 2-7% above
     its calibration through a main job whose runs had not moved, and twice 18-19% above (a burst there) where the
     runs beside it read as predicted."""
-    return like_a_run(device.type, _time_canary, make_spec, batch, threads, build_optimizer, device, steps,
+    return like_a_run(device.type, _time_canary, make_spec, batch, threads, build_optimizer, device,
                       timeout_s=timeout_s)
 
 
 def _time_canary(make_spec: Callable[[], ModelSpec], batch: int, threads: int, build_optimizer: Callable,
-                 device: torch.device, steps: int) -> float:
+                 device: torch.device) -> float:
     with torch_threads(threads):
-        return min(whole_step_ms(make_spec(), batch, build_optimizer, device, steps))
+        return min(whole_step_ms(make_spec(), batch, build_optimizer, device, STEPS))
 
 
 def canary_layout(global_batch: int, processes: int, microbatches: int) -> tuple[int, int]:
@@ -114,56 +107,3 @@ def corrected(prediction: dict[str, object], drift: float | None) -> dict[str, o
         out["predicted_timeline"] = [{**span, "start_ms": span["start_ms"] * drift, "end_ms": span["end_ms"] * drift}
                                      for span in timeline]
     return out
-
-
-REFERENCE_STEPS = 8
-"""A reference run's canary is the quickest of these: its drift is taken out in full (``ReferenceDrift``), so its
-reading should hold still."""
-Layout = tuple[int, int]
-"""A canary's threads and samples."""
-
-
-@dataclass(frozen=True)
-class ReferenceDrift:
-    """How far the machine's speed moved between the compute's timing and each reference run the runtimes'
-    residuals are fitted on, read from a canary of that run's layout timed beside the compute (``at_start``) and
-    again before and after the run (``around``); the run's steps are divided by it before a residual is fitted.
-
-    A residual is what the cost model, pricing the compute as timed at the calibration's start, misses on a run
-    timed minutes later: where the machine slowed in between, the residual soaks up the slowing and every
-    prediction that uses it pays it. In two target sweeps the small transformer's canaries moved 12-19% within its
-    calibration, its blocks timed at the fast start (a pass at 8 samples 57.6 ms in both, 61.8-63.0 in the three
-    calibrations before); mp's reference runs at 4 stages, timed later, left a residual of +7.0 and +7.25 ms a
-    micro-batch (0.7 in the calibration before) and mp at 4 stages and 8 micro-batches was predicted 24-33% long."""
-
-    time_canary: Callable[[int, int], float]
-    """The canary's milliseconds on (threads, samples)."""
-    at_start: dict[Layout, float]
-
-    @classmethod
-    def started(cls, time_canary: Callable[[int, int], float], layouts: set[Layout]) -> ReferenceDrift:
-        """Each layout's canary, timed now; none where the model cannot train at its batch (BatchNorm on one
-        value per channel)."""
-        at_start = {}
-        for layout in sorted(layouts):
-            try:
-                at_start[layout] = time_canary(*layout)
-            except ValueError as exc:
-                log.warning("no reference canary at %d samples, where the model cannot train: %s", layout[1], exc)
-        return cls(time_canary, at_start)
-
-    def around(self, layout: Layout, name: str, measure: Callable[[], T]) -> tuple[T, float]:
-        """``measure()`` and the drift beside it: the geometric mean of its layout's canary just before and just
-        after, over the one at the start (1.0 where none was timed at the start)."""
-        if layout not in self.at_start:
-            return measure(), 1.0
-        before = self.time_canary(*layout)
-        result = measure()
-        after = self.time_canary(*layout)
-        drift = math.sqrt(before * after) / self.at_start[layout]
-        (log.warning if abs(drift - 1) > DRIFT_LIMIT else log.info)(
-            "reference %s: its canary (%d thread(s), %d samples) read %.2f and %.2f ms around it, %.2f at the "
-            "calibration's start: its steps divided by %.3f", name, *layout, before, after, self.at_start[layout],
-            drift)
-        return result, drift
-
