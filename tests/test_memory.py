@@ -98,3 +98,33 @@ def test_the_tracked_steps_leave_an_untracked_warm_up_step_before_the_timed_ones
     # The second step holds the optimizer's state throughout; tracked as the last warm-up step, it slowed the
     # next two timed steps of fsdp ZeRO-3 (bench/harness/memory.py), so it is tracked only with a third one after.
     assert [tracked_steps(warmup) for warmup in range(5)] == [(), (0,), (0,), (0, 1), (0, 1)]
+
+
+def test_the_batch_is_the_datas_memory_not_an_activation_even_where_the_step_views_it() -> None:
+    """DTensor's ``from_local`` views the batch where a tp plan's first layer takes it (the mlp's): MemTracker then
+    counted the batch as an activation (the small mlp's tp 0.25 MiB over its prediction on 2 and 4 ranks)."""
+    from torch import nn
+
+    from bench.harness.memory import MemoryByKind
+
+    class Viewed(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.view_as(x)
+
+    def tracked(batch_given: bool) -> dict:
+        model = nn.Sequential(Viewed(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+        optimizer, loss_fn = torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss()
+        inputs, targets = torch.randn(64, 256), torch.randint(10, (64,))
+        memory = MemoryByKind((0,))
+        with memory.track(model, optimizer, loss_fn, (inputs, targets) if batch_given else ()):
+            optimizer.zero_grad()
+            loss_fn(model(inputs), targets).backward()
+            optimizer.step()
+        assert memory.peaks is not None
+        return memory.peaks[0]
+
+    relu_output = batch = 64 * 256 * 4
+    device = tracked(batch_given=True)
+    assert relu_output <= device["activations"] < relu_output + batch / 2  # the ReLU's output and the loss's
+    assert device["other"] == batch + 64 * 8  # the inputs and the int64 targets
+    assert tracked(batch_given=False)["activations"] >= relu_output + batch  # as MemTracker counts it alone

@@ -238,7 +238,7 @@ def _one_step(run: PreparedRun, config: RunConfig, step: int, inputs: torch.Tens
         synchronize(topo.devices)
         start = time.perf_counter()
         if step in memory.steps and not memory.error:  # untimed: the tracker slows every op
-            with memory.track(run.model, run.optimizer, run.spec.loss_fn):
+            with memory.track(run.model, run.optimizer, run.spec.loss_fn, (inputs, targets)):
                 loss = run.step(inputs, targets)
         else:
             loss = run.step(inputs, targets)
