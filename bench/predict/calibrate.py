@@ -92,13 +92,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs). Not on a GPU yet:
     # 3 groups of a CUDA process each, untimed against bench/gpu_check.sh's budget.
     if not cuda:
-        communication[1], references[1] = _communication(config, 1, largest, groups, costs)
+        communication[1], references[1] = _communication(config, 1, largest, groups)
     steps.update()
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
         if d in ranks:
-            communication[d], references[d] = _communication(config, d, largest, groups, costs)
+            communication[d], references[d] = _communication(config, d, largest, groups)
         steps.update()
     steps.close()
     env = environment()
@@ -190,12 +190,11 @@ def calibration_arithmetic(precision: str) -> None:
     set_tf32(precision)
 
 
-def _communication(config: RunConfig, ranks: int, largest: int, groups: int, costs: dict[int, ComputeCosts]) -> tuple[
+def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
         Communication, dict[int, tuple[dict[str, RunConfig], dict[str, float]]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
-    known), and by global batch the reference runs there (mp's in a process of its own, set against plain steps
-    timed beside it on a CPU: ``in_process_step_ms``) with their median steps (and bubbles), by strategy. Measured
-    together, named ``strategy@batch``."""
+    known), and by global batch the reference runs there (mp's in a process of its own) with their median
+    steps (and bubbles), by strategy. Measured together, named ``strategy@batch``."""
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "reference.jsonl")
         references = {f"{name}@{n}": c for n in reference_global_batches(ranks, config.run.batch_size)
@@ -203,9 +202,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int, cos
         on_ranks = {name: c for name, c in references.items() if not in_process(c.strategy)}
         curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)
-        one = costs.get(threads_per_process(1))
-        beside = None if config.run.accelerator == "cuda" or one is None else functools.partial(plain_step_ms, one)
-        reference_ms |= in_process_step_ms(references, beside, optimizer_choice(config).build)
+        reference_ms |= in_process_step_ms(references)
     overlap, spread = reference_ms.pop("overlap", 1.0), reference_ms.pop("spread")
     by_batch = {n: (_at_batch(references, n), _at_batch(reference_ms, n))
                 for n in reference_global_batches(ranks, config.run.batch_size)}

@@ -28,8 +28,6 @@ zero1 and tp than predicted on the 2-core VM.
 from __future__ import annotations
 
 import json
-import logging
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -49,8 +47,6 @@ from strategies.cost_model import (
     threads_per_process,
 )
 from strategies.mesh import DIMS
-
-log = logging.getLogger(__name__)
 
 REFERENCE_STEPS = 16
 """Timed steps per reference run at the small batch in each group. Their steps take milliseconds, and the
@@ -234,47 +230,6 @@ def reference_step_ms(config: RunConfig) -> tuple[float, Verdict]:
         return undisturbed_step_ms(config)
 
 
-CHUNKS = 4
-"""Chunks a one-process reference run is timed in where a plain step is timed beside it (``beside_plain_steps``)."""
-PLAIN_STEPS = 3
-"""Plain steps of the reference run's micro-batch timed after each chunk (after one warm-up)."""
-
-
-def beside_plain_steps(config: RunConfig, build_optimizer: Callable) -> tuple[float, float, Verdict]:
-    """A one-process reference run's median step, timed in ``CHUNKS`` chunks (each judged and run again as
-    ``collectives.undisturbed_run`` does), and the median of the plain training steps of one of its micro-batches
-    timed after each chunk, in the same process: the machine's speed as the run met it, to set against the plain
-    step its compute was timed at (``in_process_step_ms``). The verdict is the first disturbed chunk's, else the
-    last's."""
-    from bench.harness.disturbance import open_window
-    from bench.harness.runner import step_times_ms
-    from bench.predict.collectives import undisturbed_run
-    from bench.predict.compute import whole_step_ms
-
-    assert config.run.batch_size is not None, "a reference run is resolved"
-    micro = max(1, config.run.batch_size // int(config.as_dict()["microbatches"]))
-    chunk = config.with_flags(steps=max(1, config.measure.steps // CHUNKS))
-    spec = models.build_model(config.workload.model, config.workload.preset, config.workload.norm)
-    steps: list[float] = []
-    plain: list[float] = []
-    worst: Verdict | None = None
-    with torch_threads(threads_per_process(1)):
-        open_window()
-        for _ in range(CHUNKS):
-            result, verdict = undisturbed_run(chunk)
-            worst = verdict if worst is None or (verdict.disturbed and not worst.disturbed) else worst
-            steps += step_times_ms(result.ranks)
-            plain += whole_step_ms(spec, micro, build_optimizer, _device(config), PLAIN_STEPS)
-    assert worst is not None
-    return statistics.median(steps), statistics.median(plain), worst
-
-
-def _device(config: RunConfig) -> Any:
-    import torch
-
-    return torch.device("cuda" if config.run.accelerator == "cuda" else "cpu")
-
-
 def idle_gap(bubble_at: Callable[[float], float], measured: float, most: float, steps: int = 30) -> float:
     """The milliseconds per action (0 to ``most``) spent between the spans at which the predicted bubble
     (``bubble_at(gap)``, growing with it) meets the ``measured`` one; the nearer end where none does.
@@ -297,20 +252,13 @@ def idle_gap(bubble_at: Callable[[float], float], measured: float, most: float, 
     return (low + high) / 2
 
 
-def in_process_step_ms(configs: dict[str, RunConfig], plain_at_calibration: Callable[[int], float] | None = None,
-                       build_optimizer: Callable | None = None) -> dict[str, float]:
+def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
     """The median step of each reference run of one process (``in_process``), run where a run's process would
     run it (``ranks.like_a_run``: forked, on a CPU) with every core (as a sweep's one-process run is), judged and
     run again as the ranks' reference runs are (``collectives.undisturbed_step_ms``), but refused where every try
     was disturbed: there is no median over groups to outvote it, and mp's residual on the small cnn at 4 stages
     came out 133 ms a micro-batch from a reference run taken beside a test run, and every mp prediction of that
-    model followed it (+160% and +180%).
-
-    With ``plain_at_calibration`` (the compute's plain step at a batch, as timed when the calibration began) each
-    run is timed beside plain steps of its micro-batch (``beside_plain_steps``) and its median divided by how much
-    slower those ran than the compute says: the residual then prices the run at the speed its compute was timed
-    at. The transformer's mp residual at 4 stages came out +7.0 and +7.25 ms a micro-batch in two target sweeps
-    (0.7 the calibration before) and -23.5 in a third, its canaries moving 12-25% within the calibration."""
+    model followed it (+160% and +180%)."""
     from bench.predict.collectives import REFERENCE_TRIES
     from bench.predict.compute import Disturbed
 
@@ -318,17 +266,7 @@ def in_process_step_ms(configs: dict[str, RunConfig], plain_at_calibration: Call
     for name, config in configs.items():
         if not in_process(config.strategy):
             continue
-        if plain_at_calibration is None or build_optimizer is None:
-            step_ms[name], verdict = like_a_run(config.run.accelerator, reference_step_ms, config)
-        else:
-            raw, plain, verdict = like_a_run(config.run.accelerator, beside_plain_steps, config, build_optimizer)
-            assert config.run.batch_size is not None
-            micro = max(1, config.run.batch_size // int(config.as_dict()["microbatches"]))
-            drift = plain / plain_at_calibration(micro)
-            step_ms[name] = raw / drift
-            log.info("reference %s on %d devices: %.2f ms a step; plain steps of %d samples beside it %.2f ms, %.2f "
-                     "when its compute was timed: divided by %.3f", name, config.run.devices, raw, micro, plain,
-                     plain_at_calibration(micro), drift)
+        step_ms[name], verdict = like_a_run(config.run.accelerator, reference_step_ms, config)
         if verdict.disturbed:
             raise Disturbed(f"{name}'s reference run was disturbed in {REFERENCE_TRIES} tries ({verdict.reason}); "
                             "calibrate on a quiet machine")
