@@ -198,38 +198,6 @@ def partly_hidden(exposed: float, communication: float, overlap: float) -> float
     return exposed + (1 - overlap) * max(0.0, communication - exposed)
 
 
-def by_kind(parameters: float, gradients: float, optimizer: float, activations: float,
-            **more: float) -> dict[str, int]:
-    """Bytes by kind (fp32 state counted in elements, the rest in bytes) with their ``total``."""
-    kinds = {"parameters": FP32 * parameters, "gradients": FP32 * gradients, "optimizer_state": FP32 * optimizer,
-             "activations": activations, **more}
-    return with_total({k: int(v) for k, v in kinds.items()})
-
-
 REFERENCE_MICROBATCHES = 4
 """The micro-batches of the pipelines' calibration reference runs (bench/predict/runtime.py): a pipeline's per-action
 residual is read where its micro-batch is the reference's."""
-FORWARD_PEAK = ("activations", "gathered_parameters")
-"""What a step holds at the end of its forward beyond what it always holds: every saved activation, and
-under FSDP the parameters its all-gathers brought in."""
-STEP_PEAK = ("gradients",)
-"""What it holds at the optimizer step instead: the whole gradients. DDP's buckets (its ``temporaries``) are held
-beside both: its tracked peak (transformer small, 2 ranks) is in the backward as the head's gradients come, the
-buckets (17.6 MiB with the loss's gradient) beside all activations but the head's (34.1 MiB); counted at the
-optimizer step alone, the total was 20% under (65.3 MiB predicted, 81.4 tracked; 79.4 now)."""
-
-
-def with_total(kinds: dict[str, int]) -> dict[str, int]:
-    """``kinds`` with ``total``: the larger of the two moments a step peaks at, the end of its forward
-    (``FORWARD_PEAK``) and its optimizer step (``STEP_PEAK``), each over what the step always holds
-    (parameters, optimizer state, buffers, and any kind named in neither, DDP's buckets among them: outside the
-    total, they once put it 24% under the tracker's figure for ddp on the small mlp). Not the sum of every kind's own
-    peak: the activations are freed by the time the gradients are whole, and that sum put the transformer's
-    totals 20-115% above what torch's MemTracker measured on the 2-core VM, where this is within 4% but for
-    tp's activations and fsdp on the cnn. The optimizer state is held through the forward, as from the
-    second step on (the tracked first step allocates it only at its end)."""
-    rest = {k: int(v) for k, v in kinds.items() if k != "total"}
-    always = sum(v for k, v in rest.items() if k not in FORWARD_PEAK + STEP_PEAK)
-    forward = sum(rest.get(k, 0) for k in FORWARD_PEAK)
-    step = sum(rest.get(k, 0) for k in STEP_PEAK)
-    return {**rest, "total": always + max(forward, step)}

@@ -36,7 +36,6 @@ from strategies.cost_model import (
     CostSource,
     Scenario,
     StepPrediction,
-    by_kind,
     own_overhead,
     partly_hidden,
     threads_per_process,
@@ -46,6 +45,7 @@ from strategies.distributed import all_reduce_mean, backend, broadcast_from_firs
 from strategies.errors import ConfigError
 from strategies.options import BucketOptions, DDPOptions, ModelFacts, RunOptions
 from strategies.shards import check_divisible, shard_range
+from strategies.step_memory import BlockHeld, by_kind
 
 
 def apply_ddp(
@@ -179,10 +179,12 @@ class DataParallelCost(CostModel):
     def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                gathered_bytes: int = FP32) -> dict[str, int]:
         parameters = sum(b.parameters for b in blocks)
+        samples = scenario.global_batch / scenario.devices
+        held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * samples, b.output_bytes_per_sample * samples)
+                for b in blocks]
         # DDP's buckets hold a copy of the gradients
         return by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
-                       sum(b.saved_bytes_per_sample for b in blocks) * scenario.global_batch / scenario.devices,
-                       temporaries=FP32 * parameters)
+                       sum(b.saved_bytes_per_sample for b in blocks) * samples, held, temporaries=FP32 * parameters)
 
 
 class DistributedDataParallelStrategy(Strategy):

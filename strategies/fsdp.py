@@ -36,7 +36,6 @@ from strategies.cost_model import (
     CostSource,
     Scenario,
     StepPrediction,
-    by_kind,
     own_overhead,
     partly_hidden,
     threads_per_process,
@@ -45,6 +44,7 @@ from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.options import FSDPOptions, ModelFacts, RunOptions
 from strategies.shards import check_divisible, shard_range
+from strategies.step_memory import by_kind
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -144,7 +144,9 @@ class ShardedCost(CostModel):
         n = scenario.devices
         parameters = sum(b.parameters for b in blocks)
         saved = [b.saved_bytes_per_sample * scenario.global_batch / n for b in blocks]
-        moments = held_at([b.parameters for b in blocks], saved, n, scenario.reshard_after_forward, gathered_bytes)
+        logits = blocks[-1].output_bytes_per_sample * scenario.global_batch / n if blocks else 0.0
+        moments = held_at([b.parameters for b in blocks], saved, n, scenario.reshard_after_forward, gathered_bytes,
+                          logits)
         peak = max(moments, key=lambda held: sum(held.values()))
         kinds = by_kind(parameters / n, parameters / n, states * parameters / n, sum(saved),
                         gathered_parameters=peak["gathered_parameters"], temporaries=peak["temporaries"])
@@ -152,11 +154,13 @@ class ShardedCost(CostModel):
         return {**kinds, "total": int(kinds["parameters"] + kinds["optimizer_state"] + sum(peak.values()))}
 
 
-def held_at(sizes: Sequence[int], saved: Sequence[float], n: int, zero3: bool, gathered_bytes: int = FP32
-            ) -> list[dict[str, float]]:
+def held_at(sizes: Sequence[int], saved: Sequence[float], n: int, zero3: bool, gathered_bytes: int = FP32,
+            logits: float = 0.0) -> list[dict[str, float]]:
     """Bytes a rank holds beyond its parameter and optimizer-state shards at each moment a step may peak: each
-    block's forward, each block's backward, and the optimizer step. ``sizes``: each block's parameters;
-    ``saved``: the bytes each block's forward keeps for its backward on this rank.
+    block's forward, the loss's backward, each block's backward, and the optimizer step. ``sizes``: each block's
+    parameters; ``saved``: the bytes each block's forward keeps for its backward on this rank; ``logits``: the
+    last block's output on this rank, the size of the two gradients the loss's backward holds (strategies/
+    step_memory.py backward_moments).
 
     FSDP2 gathers a block for its forward and frees it after (ZeRO-3) or keeps it to its backward (ZeRO-2). As
     a block's forward starts it copies the block out of the all-gather's buffer while the previous block's buffer
@@ -182,6 +186,10 @@ def held_at(sizes: Sequence[int], saved: Sequence[float], n: int, zero3: bool, g
     moments = [{"activations": sum(saved[:i]), "gathered_parameters": kept_before(i)
                 + gathered_bytes * (size(i - 1) + size(i)), "block_copied_out": gathered_bytes * size(i)}
                for i in range(blocks)]
+    # The loss's backward: the transformer's ZeRO-2 peak on 2 ranks, every block still gathered (67.31 MiB tracked,
+    # as this gives; the forward's last block, the peak predicted without it, 66.3)
+    moments.append({"activations": sum(saved) - logits, "temporaries": 2 * logits,
+                    "gathered_parameters": gathered_bytes * size(blocks - 1) if zero3 else kept_before(blocks)})
     for i in reversed(range(blocks)):
         gathered = gathered_bytes * (size(i) + size(i - 1)) if zero3 else kept_before(i + 1)
         moments.append({"activations": sum(saved[:i + 1]), "gathered_parameters": gathered,

@@ -20,7 +20,6 @@ from strategies.cost_model import (
     CostSource,
     Scenario,
     StepPrediction,
-    by_kind,
     own_overhead,
     split_pass,
     threads_per_process,
@@ -28,6 +27,7 @@ from strategies.cost_model import (
 )
 from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
+from strategies.step_memory import by_kind
 from strategies.timing import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 
 PIPELINE_ITERATIONS = 8

@@ -15,10 +15,10 @@ from strategies.cost_model import (
     CostSource,
     Scenario,
     StepPrediction,
-    by_kind,
     threads_per_process,
     whole_pass,
 )
+from strategies.step_memory import BlockHeld, by_kind
 
 
 class WholeModelCost(CostModel):
@@ -46,7 +46,9 @@ class WholeModelCost(CostModel):
                gathered_bytes: int = FP32) -> dict[str, int]:
         parameters = sum(b.parameters for b in blocks)
         saved = sum(b.saved_bytes_per_sample for b in blocks)
-        return by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch)
+        held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * scenario.global_batch,
+                          b.output_bytes_per_sample * scenario.global_batch) for b in blocks]
+        return by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch, held)
 
 
 class SingleDevice(Strategy):

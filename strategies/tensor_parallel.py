@@ -37,7 +37,6 @@ from strategies.cost_model import (
     CostSource,
     Scenario,
     StepPrediction,
-    by_kind,
     own_overhead,
     threads_per_process,
 )
@@ -45,6 +44,7 @@ from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.fsdp import full_state
 from strategies.options import ModelFacts, OptionSource, RunOptions
+from strategies.step_memory import BlockHeld, by_kind
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -138,9 +138,14 @@ class TensorParallelCost(CostModel):
         # Every rank keeps the activations its plan leaves whole and its share of those the plan splits
         # (measured on the small transformer: 50 MiB on 2 ranks, 38 on 4, where the whole batch's are 74).
         shares = scenario.tp_split_share or (0.0,) * len(blocks)
-        kept = sum(b.saved_bytes_per_sample * (1 - share * (1 - 1 / scenario.devices))
-                   for b, share in zip(blocks, shares, strict=True))
-        return by_kind(local, local, states * local, kept * scenario.global_batch)
+        kept = [b.saved_bytes_per_sample * (1 - share * (1 - 1 / scenario.devices))
+                for b, share in zip(blocks, shares, strict=True)]
+        batch = scenario.global_batch
+        # each block's output is whole on every rank (the row-wise layer's all-reduce makes it so)
+        ranks = [scenario.devices if i in scenario.tp_blocks else 1 for i in range(len(blocks))]
+        held = [BlockHeld(FP32 * b.parameters / r, saved * batch, b.output_bytes_per_sample * batch)
+                for b, saved, r in zip(blocks, kept, ranks, strict=True)]
+        return by_kind(local, local, states * local, sum(kept) * batch, held)
 
     @staticmethod
     def _local_parameters(blocks: Sequence[BlockCosts], scenario: Scenario) -> float:

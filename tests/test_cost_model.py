@@ -11,12 +11,12 @@ from strategies.cost_model import (
     CostModel,
     RuntimeOverheads,
     Scenario,
-    by_kind,
     partly_hidden,
     split_pass,
     threads_per_process,
     whole_pass,
 )
+from strategies.step_memory import by_kind
 
 
 def _block(forward: float, backward: float, split: tuple[float, float] | None = None) -> BlockCost:

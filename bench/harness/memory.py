@@ -142,7 +142,11 @@ def _tracker(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
-    tracker.track_external(model, optimizer)
+    # ZeroRedundancyOptimizer keeps its shard's state in the optimizer it wraps (``optim``), none in its own
+    # ``state``: left unregistered, zero1's state went untracked from the second step on, its total 7.06 MiB under
+    # (the small transformer on 2 ranks: 67.31 tracked, 74.38 with the wrapped optimizer registered)
+    inner = getattr(optimizer, "optim", None)
+    tracker.track_external(model, optimizer, *([inner] if isinstance(inner, torch.optim.Optimizer) else []))
     return tracker, KINDS
 
 
