@@ -184,7 +184,8 @@ class DataParallelCost(CostModel):
                 for b in blocks]
         # DDP's buckets hold a copy of the gradients
         return by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
-                       sum(b.saved_bytes_per_sample for b in blocks) * samples, held, temporaries=FP32 * parameters)
+                       sum(b.saved_bytes_per_sample for b in blocks) * samples, held=held,
+                       temporaries=FP32 * parameters)
 
 
 class DistributedDataParallelStrategy(Strategy):

@@ -48,7 +48,7 @@ class WholeModelCost(CostModel):
         saved = sum(b.saved_bytes_per_sample for b in blocks)
         held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * scenario.global_batch,
                           b.output_bytes_per_sample * scenario.global_batch) for b in blocks]
-        return by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch, held)
+        return by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch, held=held)
 
 
 class SingleDevice(Strategy):

@@ -56,7 +56,7 @@ def backward_moments(blocks: Sequence[BlockHeld]) -> list[float]:
 
 
 def by_kind(parameters: float, gradients: float, optimizer: float, activations: float,
-            held: Sequence[BlockHeld] = (), **more: float) -> dict[str, int]:
+            *, held: Sequence[BlockHeld] = (), **more: float) -> dict[str, int]:
     """Bytes by kind (fp32 state counted in elements, the rest in bytes) with their ``total``; ``held``: each
     block's share of the gradients and activations, which sets the total by ``backward_moments`` (without it, the
     larger of the forward's end and the optimizer step)."""

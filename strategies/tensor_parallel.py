@@ -145,7 +145,7 @@ class TensorParallelCost(CostModel):
         ranks = [scenario.devices if i in scenario.tp_blocks else 1 for i in range(len(blocks))]
         held = [BlockHeld(FP32 * b.parameters / r, saved * batch, b.output_bytes_per_sample * batch)
                 for b, saved, r in zip(blocks, kept, ranks, strict=True)]
-        return by_kind(local, local, states * local, sum(kept) * batch, held)
+        return by_kind(local, local, states * local, sum(kept) * batch, held=held)
 
     @staticmethod
     def _local_parameters(blocks: Sequence[BlockCosts], scenario: Scenario) -> float:
