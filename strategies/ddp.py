@@ -45,7 +45,7 @@ from strategies.distributed import all_reduce_mean, backend, broadcast_from_firs
 from strategies.errors import ConfigError
 from strategies.options import BucketOptions, DDPOptions, ModelFacts, RunOptions
 from strategies.shards import check_divisible, shard_range
-from strategies.step_memory import BlockHeld, by_kind
+from strategies.step_memory import BlockHeld, at_largest_moment, by_kind
 
 
 def apply_ddp(
@@ -183,9 +183,9 @@ class DataParallelCost(CostModel):
         held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * samples, b.output_bytes_per_sample * samples)
                 for b in blocks]
         # DDP's buckets hold a copy of the gradients
-        return by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
-                       sum(b.saved_bytes_per_sample for b in blocks) * samples, held=held,
-                       temporaries=FP32 * parameters)
+        kinds = by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
+                        sum(b.saved_bytes_per_sample for b in blocks) * samples, temporaries=FP32 * parameters)
+        return at_largest_moment(kinds, held)
 
 
 class DistributedDataParallelStrategy(Strategy):

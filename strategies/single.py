@@ -18,7 +18,7 @@ from strategies.cost_model import (
     threads_per_process,
     whole_pass,
 )
-from strategies.step_memory import BlockHeld, by_kind
+from strategies.step_memory import BlockHeld, at_largest_moment, by_kind
 
 
 class WholeModelCost(CostModel):
@@ -48,7 +48,8 @@ class WholeModelCost(CostModel):
         saved = sum(b.saved_bytes_per_sample for b in blocks)
         held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * scenario.global_batch,
                           b.output_bytes_per_sample * scenario.global_batch) for b in blocks]
-        return by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch, held=held)
+        kinds = by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch)
+        return at_largest_moment(kinds, held)
 
 
 class SingleDevice(Strategy):

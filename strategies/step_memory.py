@@ -56,13 +56,18 @@ def backward_moments(blocks: Sequence[BlockHeld]) -> list[float]:
 
 
 def by_kind(parameters: float, gradients: float, optimizer: float, activations: float,
-            *, held: Sequence[BlockHeld] = (), **more: float) -> dict[str, int]:
-    """Bytes by kind (fp32 state counted in elements, the rest in bytes) with their ``total``; ``held``: each
-    block's share of the gradients and activations, which sets the total by ``backward_moments`` (without it, the
-    larger of the forward's end and the optimizer step)."""
+            **more: float) -> dict[str, int]:
+    """Bytes by kind (fp32 state counted in elements, the rest in bytes) with their ``total``, the larger of the
+    forward's end and the optimizer step (``at_largest_moment`` walks the backward too)."""
     kinds = {"parameters": FP32 * parameters, "gradients": FP32 * gradients, "optimizer_state": FP32 * optimizer,
              "activations": activations, **more}
-    return with_total({k: int(v) for k, v in kinds.items()}, backward_moments(held) if held else None)
+    return with_total({k: int(v) for k, v in kinds.items()})
+
+
+def at_largest_moment(kinds: dict[str, int], held: Sequence[BlockHeld]) -> dict[str, int]:
+    """``kinds`` with the total of the largest of ``backward_moments``; ``held``: each block's share of the
+    gradients and activations."""
+    return with_total(kinds, backward_moments(held))
 
 
 def with_total(kinds: dict[str, int], moments: Sequence[float] | None = None) -> dict[str, int]:

@@ -44,7 +44,7 @@ from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.fsdp import full_state
 from strategies.options import ModelFacts, OptionSource, RunOptions
-from strategies.step_memory import BlockHeld, by_kind
+from strategies.step_memory import BlockHeld, at_largest_moment, by_kind
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -145,7 +145,7 @@ class TensorParallelCost(CostModel):
         ranks = [scenario.devices if i in scenario.tp_blocks else 1 for i in range(len(blocks))]
         held = [BlockHeld(FP32 * b.parameters / r, saved * batch, b.output_bytes_per_sample * batch)
                 for b, saved, r in zip(blocks, kept, ranks, strict=True)]
-        return by_kind(local, local, states * local, sum(kept) * batch, held=held)
+        return at_largest_moment(by_kind(local, local, states * local, sum(kept) * batch), held)
 
     @staticmethod
     def _local_parameters(blocks: Sequence[BlockCosts], scenario: Scenario) -> float:
