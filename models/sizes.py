@@ -99,3 +99,9 @@ def output_bytes_per_sample(spec: ModelSpec) -> list[float]:
         x = block(x)
         sizes.append(x.numel() * x.element_size() / COUNT_BATCH)
     return sizes
+
+
+def batch_bytes_per_sample(spec: ModelSpec) -> float:
+    """The bytes of one sample of the batch, its inputs and targets: what a step holds as its data."""
+    inputs, targets = spec.make_batch(COUNT_BATCH, torch.Generator().manual_seed(0))
+    return (inputs.numel() * inputs.element_size() + targets.numel() * targets.element_size()) / COUNT_BATCH

@@ -186,8 +186,10 @@ class Strategy(ABC):
         self, inputs: torch.Tensor, targets: torch.Tensor, topo: Topology
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """This process's part of the global batch, on the devices that consume it."""
+        # A copy, on the CPU too: a slice of the global batch would hold the whole batch's storage, which no
+        # device holds (MemTracker counted the whole batch on every emulated rank)
         device = topo.devices[0]
-        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        return (inputs.to(device, non_blocking=True, copy=True), targets.to(device, non_blocking=True, copy=True))
 
     def train_step(
         self,

@@ -54,6 +54,8 @@ class Scenario:
     tp_split_share: tuple[float, ...] = ()
     """tp: per block of the model, the share of its saved activations its plan splits over the ranks (the
     attention's heads, the MLP's hidden: models/sizes.py), whatever precision they are kept in."""
+    batch_bytes_per_sample: float = 0.0
+    """The bytes of one sample of the model's batch, inputs and targets (models/sizes.py); 0: not counted."""
     threads: int | None = None
     """The threads each process computes with; None: what the launcher gives it (``threads_per_process``)."""
 
@@ -161,6 +163,10 @@ class CostModel:
         """{kind: bytes} on the device that holds the most; ``gathered_bytes`` per parameter a sharded strategy
         gathers (2 under bf16 mixed precision on a GPU profile)."""
         raise NotImplementedError
+
+    def batch_share(self, scenario: Scenario) -> float:
+        """The share of the global batch a rank's step holds (the whole batch unless the strategy splits it)."""
+        return 1.0
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         """How many times ``residual`` is paid in a step of ``scenario`` (a model of ``blocks`` blocks)."""

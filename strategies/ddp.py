@@ -176,6 +176,9 @@ class DataParallelCost(CostModel):
         """The share of the optimizer state each rank holds."""
         return 1.0
 
+    def batch_share(self, scenario: Scenario) -> float:
+        return 1 / scenario.devices
+
     def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                gathered_bytes: int = FP32) -> dict[str, int]:
         parameters = sum(b.parameters for b in blocks)

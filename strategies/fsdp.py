@@ -137,6 +137,9 @@ class ShardedCost(CostModel):
         update = costs.optimizer_ms(threads, sum(b.parameters for b in blocks) / n) * slow
         return StepPrediction(end + update, busy, end - busy, update)
 
+    def batch_share(self, scenario: Scenario) -> float:
+        return 1 / scenario.devices
+
     def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                gathered_bytes: int = FP32) -> dict[str, int]:
         """The rank's shards, and at the step's peak what FSDP2 holds beyond them (``held_at``); gathered

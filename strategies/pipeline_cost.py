@@ -110,6 +110,9 @@ class PipelineCost(CostModel):
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         return {"microbatches": microbatches}
 
+    def batch_share(self, scenario: Scenario) -> float:
+        return 1 / self.replicas(scenario)
+
     def tensor_parallel(self, scenario: Scenario) -> int:
         """Ranks each stage's layers are split over (hybrid's tp degree)."""
         return 1

@@ -16,7 +16,6 @@ from strategies.cost_model import (
     threads_per_process,
     whole_pass,
 )
-from strategies.step_memory import by_kind
 
 
 def _block(forward: float, backward: float, split: tuple[float, float] | None = None) -> BlockCost:
@@ -41,16 +40,6 @@ def test_communication_hides_behind_compute_only_by_the_overlap() -> None:
     assert partly_hidden(1.0, 5.0, 0.0) == 5.0  # none does: all of it is waited for
     assert partly_hidden(1.0, 5.0, 0.75) == 2.0
     assert partly_hidden(3.0, 2.0, 0.0) == 3.0  # never less than what was exposed anyway
-
-
-def test_bytes_by_kind_total_the_larger_of_the_forward_and_the_step_peaks() -> None:
-    # fp32 state in elements: 10 parameters, 10 gradients, 20 optimizer states; activations and temporaries in bytes.
-    # The temporaries (DDP's buckets) are held beside both moments.
-    assert by_kind(10, 10, 20, 100, temporaries=8) == {
-        "parameters": 40, "gradients": 40, "optimizer_state": 80, "activations": 100, "temporaries": 8,
-        "total": 40 + 80 + 8 + max(100, 40),
-    }
-    assert by_kind(10, 10, 20, 10)["total"] == 40 + 80 + max(10, 40)
 
 
 def test_a_runtime_term_not_measured_is_zero_and_the_defaults_of_a_cost_model() -> None:

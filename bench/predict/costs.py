@@ -48,7 +48,11 @@ def predict_memory(blocks: Sequence[BlockCosts], scenario: Scenario, states: int
     per parameter of each kind a device holds, divided as the strategy shards it) and activations (what each
     block's forward saves for backward, times the samples a device holds at once); ``gathered_bytes`` per
     parameter FSDP gathers (2 under bf16 mixed precision on a GPU profile: FSDP2's param_dtype)."""
-    return cost_model(scenario.strategy).memory(blocks, scenario, states, gathered_bytes)
+    model = cost_model(scenario.strategy)
+    kinds = model.memory(blocks, scenario, states, gathered_bytes)
+    # The step's batch, held at every moment: the data's, outside every strategy's model
+    batch = int(scenario.batch_bytes_per_sample * scenario.global_batch * model.batch_share(scenario))
+    return {**kinds, "other": batch, "total": kinds["total"] + batch} if batch else kinds
 
 
 def optimizer_states(optimizer: str) -> int:

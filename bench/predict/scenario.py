@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
+import torch
+
+import models
 from bench.harness.config import RunConfig
 from bench.predict.costs import cost_model
+from models.sizes import batch_bytes_per_sample
 from strategies.cost_model import Scenario
 
 __all__ = ["Scenario", "scenario_for"]
@@ -16,4 +23,14 @@ def scenario_for(config: RunConfig) -> Scenario:
     common = Scenario(config.strategy, run.devices, run.global_batch, config.split.microbatches, pipeline.schedule,
                       pipeline.stages_per_rank, config.split.balance, config.buckets.bucket_cap_mb,
                       config.fsdp.reshard_after_forward, config.mesh.dp, config.mesh.pp)
+    common = dataclasses.replace(common, batch_bytes_per_sample=_batch_bytes(workload.model, workload.preset,
+                                                                             workload.norm))
     return cost_model(config.strategy).specialise(common, config, workload.model, workload.preset, workload.norm)
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_bytes(model: str, preset: str, norm: str) -> float:
+    """``batch_bytes_per_sample`` of a model built on the meta device (no weights made)."""
+    with torch.device("meta"):
+        spec = models.build_model(model, preset, norm)
+    return batch_bytes_per_sample(spec)
