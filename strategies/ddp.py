@@ -172,8 +172,8 @@ class DataParallelCost(CostModel):
         """The optimizer step alone (before the slowdown), and what follows it exposed."""
         return costs.optimizer_ms(threads, parameters), 0.0
 
-    def optimizer_share(self, scenario: Scenario) -> float:
-        """The share of the optimizer state each rank holds."""
+    def optimizer_share(self, scenario: Scenario, blocks: Sequence[BlockCosts]) -> float:
+        """The share of the optimizer state the rank that holds the most holds."""
         return 1.0
 
     def batch_share(self, scenario: Scenario) -> float:
@@ -186,7 +186,7 @@ class DataParallelCost(CostModel):
         held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * samples, b.output_bytes_per_sample * samples)
                 for b in blocks]
         # DDP's buckets hold a copy of the gradients
-        kinds = by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario),
+        kinds = by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario, blocks),
                         sum(b.saved_bytes_per_sample for b in blocks) * samples, temporaries=FP32 * parameters)
         return at_largest_moment(kinds, held)
 

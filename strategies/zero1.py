@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from strategies.base import OptimizerChoice
-from strategies.cost_model import FP32, CostSource, Scenario
+from strategies.cost_model import FP32, BlockCosts, CostSource, Scenario
 from strategies.ddp import DataParallelCost, DDPRankFields, DistributedDataParallelStrategy
 
 
@@ -41,10 +41,22 @@ class ZeRO1Cost(DataParallelCost):
         broadcasts = sum(costs.collective_ms("broadcast", FP32 * t, n)
                          for b in costs.blocks(threads) for t in b.tensor_sizes())
         runtime = costs.runtime_for(n, scenario.global_batch)[self.residual]
-        return costs.optimizer_ms(threads, parameters / n), broadcasts + runtime
+        # the broadcasts wait for the rank with the largest share of the update
+        share = self.optimizer_share(scenario, costs.blocks(threads))
+        return costs.optimizer_ms(threads, parameters * share), broadcasts + runtime
 
-    def optimizer_share(self, scenario: Scenario) -> float:
-        return 1 / scenario.devices
+    def optimizer_share(self, scenario: Scenario, blocks: Sequence[BlockCosts]) -> float:
+        return largest_share([t for b in blocks for t in b.tensor_sizes()], scenario.devices)
+
+
+def largest_share(tensors: Sequence[int], ranks: int) -> float:
+    """The largest rank's share of ``tensors`` (element counts) as ZeroRedundancyOptimizer partitions them: whole
+    tensors, largest first, each to the rank that holds the fewest elements so far. Taken as 1/N, the small cnn's
+    largest state on 4 ranks was 5.2% over the prediction (11.25 MiB tracked, 10.66 predicted)."""
+    held = [0] * ranks
+    for size in sorted(tensors, reverse=True):
+        held[held.index(min(held))] += size
+    return max(held) / sum(tensors) if tensors else 1 / ranks
 
 
 class ZeRO1Strategy(DistributedDataParallelStrategy):

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+import models
 from bench.harness.config import RunConfig
 from strategies import build_strategy
 from strategies.base import OptimizerChoice, Topology
@@ -71,6 +72,30 @@ class Costs:
 def test_each_rank_updates_its_share_then_every_tensor_is_broadcast_one_at_a_time() -> None:
     scenario = Scenario("zero1", 4, 16)
     update, after = ZeRO1Cost().update_ms(Costs(), scenario, 1, 24)  # type: ignore[arg-type]
-    assert update == 24 / 4  # a quarter of the parameters on each of 4 ranks
+    # whole tensors on each of 4 ranks (10, 2, 10, 2): the broadcasts wait for a rank that updates 10 of the 24
+    assert update == 10
     assert after == 2 * (10 + 2) + 0.5  # four tensors' broadcasts, then zero1's own runtime
-    assert ZeRO1Cost().optimizer_share(scenario) == 0.25
+    assert ZeRO1Cost().optimizer_share(scenario, Costs().blocks(1)) == 10 / 24
+
+
+def test_the_largest_rank_holds_the_state_of_the_tensors_partitioned_as_zero_does(tmp_path: Path) -> None:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    from strategies.zero1 import largest_share
+
+    # largest first, each to the emptiest rank: 6 and 5 alone, then 4 beside 5 and 1 beside 6 (rank sizes 7 and 9)
+    assert largest_share([1, 4, 5, 6], 2) == 9 / 16
+    assert largest_share([8, 8, 8, 8], 4) == 0.25  # equal tensors: an even split
+    # Against the optimizer's own partition of the small cnn's tensors over 4 ranks (its private partitioner, asked
+    # for 4 ranks in a group of one): taken as 1/4, its largest state was 5.2% over the prediction.
+    blocks = models.build_model("cnn", "small", "batch").blocks
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    try:
+        optimizer = ZeroRedundancyOptimizer(blocks.parameters(), optimizer_class=torch.optim.SGD, lr=0.1)
+        optimizer.world_size, optimizer._partition_parameters_cache = 4, []
+        partition = optimizer._partition_parameters()
+        ranks = [sum(p.numel() for group in rank for p in group["params"]) for rank in partition]
+    finally:
+        dist.destroy_process_group()
+    total = sum(p.numel() for p in blocks.parameters())
+    assert largest_share([p.numel() for p in blocks.parameters()], 4) == max(ranks) / total > 0.25 * 1.05
