@@ -11,6 +11,8 @@ from reports.render import Section
 KINDS = ("parameters", "gradients", "optimizer_state", "activations", "gathered_parameters", "temporaries", "total")
 """The kinds a memory model may predict (each strategy's cost model), as the tracker names them; a configuration is
 scored on those its prediction carries (FSDP's gathered parameters, DDP's buckets as temporaries)."""
+RANGE_MARGIN = 0.01
+"""How far outside the range of its repeats' tracked totals a predicted total may sit and still count as inside it."""
 BUBBLE_TOLERANCE = 0.05
 """How far a predicted bubble may sit from the measured one (issue 29's target), as a share of the step."""
 
@@ -34,11 +36,17 @@ def memory_scores(runs: pd.DataFrame) -> pd.DataFrame:
             guess = float(predicted[kind]) / 2**20
             row[f"{kind} MiB (measured / predicted)"] = f"{measured:.3g} / {guess:.3g}"
             row[f"{kind} error"] = guess / measured - 1 if measured else float("nan")
+        low, high = r.get("mem_total_mib_low", measured_total), r.get("mem_total_mib_high", measured_total)
+        if "total" in predicted:
+            row["repeats' totals MiB"] = f"{low:.3g}-{high:.3g}"
+            total = predicted["total"] / 2**20
+            row["total inside"] = bool(low * (1 - RANGE_MARGIN) <= total <= high * (1 + RANGE_MARGIN))
         rows.append(row)
     table = pd.DataFrame(rows)
     errors = [f"{kind} error" for kind in KINDS if f"{kind} error" in table]
     strings = [f"{kind} MiB (measured / predicted)" for kind in KINDS if f"{kind} error" in table]
-    return table[["panel", "devices", "variant", *strings, *errors]] if rows else table
+    ranges = [c for c in ("repeats' totals MiB", "total inside") if c in table]
+    return table[["panel", "devices", "variant", *strings, *errors, *ranges]] if rows else table
 
 
 def kind_summary(scores: pd.DataFrame) -> list[str]:
@@ -56,6 +64,15 @@ def kind_summary(scores: pd.DataFrame) -> list[str]:
         phrases.append(f"{kind.replace('_', ' ')} median {errors.median():.1%}, largest {errors.max():.1%} "
                        f"({worst['variant']} x{worst['devices']}, {worst['panel']}; {len(errors)} configurations)")
     return phrases
+
+
+def _inside(scores: pd.DataFrame) -> str:
+    """How many predicted totals sit inside the range their repeats tracked (FSDP's moves with its collectives)."""
+    if "total inside" not in scores:
+        return ""
+    judged = scores["total inside"].dropna()
+    return (f" The predicted total within {RANGE_MARGIN:.0%} of the range its repeats tracked: {int(judged.sum())} of "
+            f"{len(judged)}.")
 
 
 def bubble_scores(runs: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +97,8 @@ def section(ctx: Context) -> Section | None:
     if not memory.empty:
         text.append("Memory: PREDICTED bytes by kind (each strategy's cost model) against torch's MemTracker on the "
                     "largest device, over the warm-up steps each run tracked (runs the tracker cannot follow, such as "
-                    "pipelines, are not scored); |error| by kind: " + "; ".join(kind_summary(memory)) + ".")
+                    "pipelines, are not scored), the repeat whose total is the median; |error| by kind: "
+                    + "; ".join(kind_summary(memory)) + "." + _inside(memory))
     if not bubbles.empty:
         inside = int(bubbles[f"within {BUBBLE_TOLERANCE}"].sum())
         text.append(f"Bubbles: the PREDICTED idle share of each pipeline's step (its schedule's action table "
