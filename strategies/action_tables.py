@@ -133,17 +133,19 @@ def simulate(
     duration: Callable[[Action], float] = unit_durations,
     transfer: Callable[[Action], float] = lambda action: 0.0,
     idle: Callable[[Action], float] = lambda action: 0.0,
+    begins: dict[int, float] | None = None,
 ) -> list[SimulatedSpan]:
     """Runs every rank's actions in its order, each as soon as its rank is free and its inputs have
     arrived (``transfer``: the time an action's input takes to cross from the neighbouring stage).
     ``idle``: what holds the rank before each action outside its span (the schedule's own work between
-    actions, which a measured timeline, timing the stages' compute only, counts in its bubble).
+    actions, which a measured timeline, timing the stages' compute only, counts in its bubble). ``begins``: when each
+    rank begins the step (0 where not given).
 
     Raises ValueError when the table cannot finish (an action waits on one that never runs first)."""
     stage_rank = {a.stage: r for r, actions in table.items() for a in actions}
     last_stage = max(stage_rank)
     done: dict[tuple[int, str, int], float] = {}
-    free = dict.fromkeys(table, 0.0)
+    free = {r: (begins or {}).get(r, 0.0) for r in table}
     cursor = dict.fromkeys(table, 0)
     spans: list[SimulatedSpan] = []
     while any(cursor[r] < len(table[r]) for r in table):
@@ -188,6 +190,18 @@ def simulated_bubble(spans: list[SimulatedSpan]) -> float:
     for s in spans:
         busy[s.rank] = busy.get(s.rank, 0.0) + (s.end - s.start)
     return 1 - sum(busy.values()) / (len(busy) * makespan)
+
+
+def staggered_bubble(spans: list[SimulatedSpan], start: dict[int, float]) -> float:
+    """``simulated_bubble`` where rank r begins the step at ``start[r]``, as each rank times it: its own schedule from
+    its own start to its last action, the step's the longest of those."""
+    busy: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for s in spans:
+        busy[s.rank] = busy.get(s.rank, 0.0) + (s.end - s.start)
+        ends[s.rank] = max(ends.get(s.rank, 0.0), s.end)
+    longest = max(ends[r] - start.get(r, 0.0) for r in ends)
+    return 1 - sum(busy.values()) / (len(busy) * longest)
 
 
 def theoretical_bubble(info: ScheduleInfo, ranks: int, microbatches: int, stages_per_rank: int = 1) -> float:

@@ -167,3 +167,14 @@ def test_a_table_that_cannot_finish_is_refused() -> None:
     table = {0: [Action(0, "B", 0), Action(0, "F", 0)], 1: [Action(1, "F", 0), Action(1, "B", 0)]}
     with pytest.raises(ValueError, match="cannot finish"):
         simulate(table)
+
+
+def test_a_staggered_rank_s_step_is_timed_from_its_own_start() -> None:
+    from strategies.action_tables import Action, SimulatedSpan, staggered_bubble
+
+    # rank 0 begins at 0 and waits for rank 1, which begins at 3: rank 0's step is 5 long (busy 2), rank 1's 2 (busy 2)
+    spans = [SimulatedSpan(0, Action(0, "F", 0), 0.0, 1.0), SimulatedSpan(0, Action(0, "B", 0), 4.0, 5.0),
+             SimulatedSpan(1, Action(1, "F", 0), 3.0, 4.0), SimulatedSpan(1, Action(1, "B", 0), 4.0, 5.0)]
+    assert staggered_bubble(spans, {0: 0.0, 1: 3.0}) == pytest.approx(1 - 4 / (2 * 5))
+    assert staggered_bubble(spans, {0: 0.0, 1: 0.0}) == pytest.approx(1 - 4 / (2 * 5))  # the same longest step
+    assert staggered_bubble(spans, {0: 2.0, 1: 3.0}) == pytest.approx(1 - 4 / (2 * 3))  # rank 0 from 2: 3 long
