@@ -69,6 +69,19 @@ def test_notes_round_trip_through_the_folder(tmp_path: Path, monkeypatch: pytest
     assert ended.vanished == [0]
 
 
+def test_a_note_cut_off_as_its_rank_was_stopped_leaves_that_rank_vanished(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI once read an empty rank note (its rank stopped while writing it) and the whole sweep ended on a traceback
+    monkeypatch.setenv(FAILURE_DIR_VARIABLE, str(tmp_path))
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.started").touch()
+    note_failure(0, RuntimeError("injected"))
+    (tmp_path / "rank1.json").write_text("")
+    ended = read_failures(tmp_path)
+    assert [f.rank for f in ended.failures] == [0] and ended.vanished == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.json", "rank0.started", "rank1.json", "rank1.started"]
+
+
 def test_outside_a_launch_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FAILURE_DIR_VARIABLE, raising=False)
     monkeypatch.chdir(tmp_path)

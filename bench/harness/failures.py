@@ -97,7 +97,11 @@ def note_failure(rank: int, exc: BaseException) -> None:
     if (folder := _folder()) is None:
         return
     failure = RankFailure(rank, getattr(exc, _STEP_ATTRIBUTE, None), describe_error(exc), time.time())
-    (folder / f"rank{rank}.json").write_text(json.dumps(asdict(failure)))
+    # whole or not at all: a rank stopped while writing (its peers' failure ends the launch) once left an empty note
+    # that the launcher could not read
+    partial = folder / f".rank{rank}.json.partial"
+    partial.write_text(json.dumps(asdict(failure)))
+    os.replace(partial, folder / f"rank{rank}.json")
 
 
 @dataclass(frozen=True)
@@ -141,11 +145,18 @@ def _phrase(failure: RankFailure) -> str:
     return f"rank {failure.rank} failed {where}: {failure.error}"
 
 
+def _read_note(path: Path) -> RankFailure | None:
+    try:
+        return RankFailure(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def read_failures(folder: Path) -> LaunchFailure:
-    """The notes the ranks of one launch left in ``folder``."""
-    failures = sorted(
-        (RankFailure(**json.loads(path.read_text())) for path in folder.glob("rank*.json")), key=lambda f: f.rank
-    )
+    """The notes the ranks of one launch left in ``folder``; a note that cannot be read (cut off as its rank was
+    stopped, by a suite from before notes were written whole) leaves its rank among those that vanished."""
+    failures = sorted((failure for path in folder.glob("rank*.json") if (failure := _read_note(path)) is not None),
+                      key=lambda f: f.rank)
     ended = {f.rank for f in failures} | {int(p.stem[4:]) for p in folder.glob("rank*.done")}
     started = sorted(int(p.stem[4:]) for p in folder.glob("rank*.started"))
     return LaunchFailure(failures, [r for r in started if r not in ended])
