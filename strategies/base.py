@@ -189,7 +189,7 @@ class Strategy(ABC):
         # A copy, on the CPU too: a slice of the global batch would hold the whole batch's storage, which no
         # device holds (MemTracker counted the whole batch on every emulated rank)
         device = topo.devices[0]
-        return (inputs.to(device, non_blocking=True, copy=True), targets.to(device, non_blocking=True, copy=True))
+        return inputs.to(device, non_blocking=True, copy=True), targets.to(device, non_blocking=True, copy=True)
 
     def train_step(
         self,

@@ -99,7 +99,7 @@ def ranks_at_work(spans: Sequence[SimulatedSpan]) -> dict[Action, float]:
 
 
 STAGGER_ROUNDS = 3
-"""Rounds of ``PipelineCost._staggered``'s starts and ends."""
+"""Rounds of ``PipelineCost._staggered_bubble``'s starts and ends."""
 PP_IDLE = "pp_idle_per_action"
 """The milliseconds of pp's per-action residual a rank spends between its actions (the schedule's own work: posting
 receives, waking on them), at least zero; the rest of the residual is inside the actions, below zero where they run
@@ -243,7 +243,7 @@ class PipelineCost(CostModel):
         # all-reduce runs after it, exposed.
         averaging = self.averaging_ms(costs, scenario, stage_parameters, replicas)
         # the timeline (and the step) as the ranks start it together; the bubble as they measure it
-        _, bubble = self._staggered(table, spans, simulate_from=lambda start: simulate(
+        bubble = self._staggered_bubble(table, spans, simulate_from=lambda start: simulate(
             table, duration, transfer, gap, start), tails=[
             costs.optimizer_ms(threads, p) * all_at_work + self.averaging_ms(costs, scenario, p, replicas)
             for p in held_parameters])
@@ -255,10 +255,10 @@ class PipelineCost(CostModel):
                               bubble, spans, notes)
 
     @staticmethod
-    def _staggered(table: ActionTable, spans: list[SimulatedSpan],
-                   simulate_from: Callable[[dict[int, float]], list[SimulatedSpan]], tails: Sequence[float]
-                   ) -> tuple[list[SimulatedSpan], float]:
-        """The spans and bubble as the ranks run and measure them, each from its own start (no barrier between steps
+    def _staggered_bubble(table: ActionTable, spans: list[SimulatedSpan],
+                          simulate_from: Callable[[dict[int, float]], list[SimulatedSpan]], tails: Sequence[float]
+                          ) -> float:
+        """The bubble as the ranks run and measure it, each from its own start (no barrier between steps
         holds them together): a rank begins a step once its own tail of the last (its stage's averaging over the
         replicas, then its update) is done, so one with a shorter tail begins early and waits inside the schedule
         for the others; in a balanced schedule, one that ends early begins the next step early.
@@ -278,7 +278,7 @@ class PipelineCost(CostModel):
             first = min(cycle.values())
             start = {r: cycle[r] - first for r in table}
             spans = simulate_from(start)
-        return spans, staggered_bubble(spans, start)
+        return staggered_bubble(spans, start)
 
     def averaging_ms(self, costs: CostSource, scenario: Scenario, stage_parameters: float, replicas: int) -> float:
         """What the replicas' gradient averaging adds after the schedule (none for one pipeline)."""
