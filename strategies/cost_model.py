@@ -123,6 +123,10 @@ class CostSource(Protocol):
         measured at more than one; None: at the batch they were measured at)."""
         ...
     def overlap_for(self, ranks: int) -> float: ...
+    def residual_across_ranks(self, term: str, samples: float) -> float | None:
+        """A residual term the process count does not change (``CostModel.across_ranks_units``), at ``samples`` a
+        unit, fitted over every count's reference runs; None: not fitted so (read ``runtime_for`` then)."""
+        ...
 
 
 @dataclass
@@ -145,6 +149,10 @@ class CostModel:
     residual: str | None = None
     """The runtime term its calibration reference run fits (a ``RuntimeOverheads`` key, per ``runtime_units``);
     None: it has no reference run."""
+    across_ranks_units: int | None = None
+    """Where set, ``residual`` does not change with the process count (an in-process run's devices are labels): it is
+    fitted over the reference runs of every count, by the samples of one of its units, of which a reference step pays
+    this many (``CostSource.residual_across_ranks``)."""
     idle_residual: str | None = None
     """The part of ``residual`` the rank spends outside its timed spans (a pipeline's schedule between its
     actions), fitted where the reference run measures its bubble; None: all of it counts as busy."""

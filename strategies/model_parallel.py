@@ -26,7 +26,7 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
-from strategies.cost_model import FP32, BlockCosts, Scenario
+from strategies.cost_model import FP32, REFERENCE_MICROBATCHES, BlockCosts, CostSource, Scenario
 from strategies.devices import peak_memory
 from strategies.options import ModelFacts, RunOptions, SplitOptions
 from strategies.partition import split_sequential
@@ -127,12 +127,24 @@ class StagesInTurnCost(WholeModelCost):
     in one process at each stage count; every stage holds all its micro-batches' activations."""
 
     residual = "mp_per_microbatch"
+    across_ranks_units = REFERENCE_MICROBATCHES
 
     def passes(self, scenario: Scenario) -> int:
         return scenario.microbatches
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return scenario.microbatches
+
+    def per_pass_residual(self, costs: CostSource, scenario: Scenario) -> float:
+        # Read at the run's micro-batch: read at its global batch, m = 8 paid the residual of micro-batches twice its
+        # own (the eleventh target sweep's cnn m = 8 at 2 devices 38% over, 13% read so). Fitted over every stage
+        # count's reference runs: mp's stages are one process's labels, and one count's pair of runs, taken minutes
+        # apart from the other's, put the transformer's at 4 stages 23 ms a micro-batch above its 2 (docs/predictor.md).
+        samples, term = scenario.global_batch / scenario.microbatches, str(self.residual)
+        across = costs.residual_across_ranks(term, samples)
+        if across is not None:
+            return across
+        return costs.runtime_for(scenario.devices, samples * REFERENCE_MICROBATCHES)[term]
 
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         return {"microbatches": microbatches}

@@ -28,6 +28,10 @@ class WholeModelCost(CostModel):
     def passes(self, scenario: Scenario) -> int:
         return 1
 
+    def per_pass_residual(self, costs: CostSource, scenario: Scenario) -> float:
+        """What each pass pays beyond its blocks: the strategy's own runtime (none for a whole step)."""
+        return costs.runtime_for(scenario.devices, scenario.global_batch)[self.residual] if self.residual else 0.0
+
     def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
         threads = scenario.threads or threads_per_process(1)
         blocks = costs.blocks(threads)
@@ -36,8 +40,7 @@ class WholeModelCost(CostModel):
         forward, backward = whole_pass(blocks, range(len(blocks)), samples)
         # Each pass pays (or gains) what a whole pass did beyond its blocks in the calibration's plain steps,
         # plus the strategy's own runtime per pass (mp's hand-over between stages).
-        per_pass = (costs.runtime_for(scenario.devices, scenario.global_batch)[self.residual]
-                    if self.residual else 0.0)
+        per_pass = self.per_pass_residual(costs, scenario)
         compute = (forward + backward + costs.overhead_ms(threads, samples) + per_pass) * passes
         update = costs.optimizer_ms(threads, sum(b.parameters for b in blocks))
         return StepPrediction(compute + update, compute, 0.0, update)

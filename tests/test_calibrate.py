@@ -9,6 +9,7 @@ import pytest
 
 from bench.cli import main
 from bench.harness.records import read_records
+from bench.predict.calibration import Calibration
 from tests.helpers.cli import run_bench, run_in_process
 
 
@@ -26,6 +27,8 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
     # calibrate and predict here (their processes start from the fork server), the sweep in a process of its own.
     assert main(["calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
                  "--collective-max-mib", "1", "--repeats", "2", "--groups", "1", "--out", str(calibration)]) == 0
+    # mp's residual, one process's whatever its stage count, fitted over every count's reference runs too
+    assert set(Calibration.load(calibration).across_ranks) == {"mp_per_microbatch"}
     predictions = tmp_path / "predictions.jsonl"
     assert main(["predict", "--calibration", str(calibration), "--model", "mlp", "--preset", "tiny",
                  "--strategies", "single,ddp,fsdp", "--devices", "1,2", "--out", str(predictions)]) == 0

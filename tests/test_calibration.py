@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.predict.calibration import Calibration, Canary, Communication
+from bench.predict.calibration import Calibration, Canary
+from bench.predict.communication import Communication
 from bench.predict.costs import predict_step
 from bench.predict.curves import Curve
 from bench.predict.scenario import Scenario

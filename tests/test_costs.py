@@ -10,8 +10,10 @@ import pytest
 import models
 from bench.harness.config import RunConfig, resolve
 from bench.harness.runner import train
-from bench.predict.calibration import BlockCost, Communication, Curve, Line
+from bench.predict.calibration import BlockCost, Line
+from bench.predict.communication import Communication
 from bench.predict.costs import predict_memory, predict_step
+from bench.predict.curves import Curve
 from bench.predict.scenario import Scenario
 from models.sizes import batch_bytes_per_sample, output_bytes_per_sample, parameter_counts, saved_bytes_per_sample
 from strategies.cost_model import RuntimeOverheads
@@ -46,6 +48,47 @@ def test_mp_pays_its_runtime_per_micro_batch_at_its_own_stage_count_and_single_d
         4 * (12.0 + 0.75) + 5.0)
     assert predict_step(calibration, Scenario("single", 1, 64), 1).step_ms == pytest.approx(12.0 + 5.0)
     assert predict_step(calibration, Scenario("ddp", 2, 64), 1).step_ms == pytest.approx(12.0 + 5.0)
+
+@pytest.mark.parametrize("m", [4, 8])
+def test_mp_reads_its_residual_where_the_reference_runs_micro_batch_is_the_runs(m: int) -> None:
+    # mp's reference runs (4 micro-batches) fitted 2 ms a micro-batch at a global batch of 8 and none at 96. A
+    # micro-batch of 8 samples (64 in 8) pays what the reference's micro-batches of 8 paid (at its global batch 32),
+    # not the residual at 64: read at 64, the eleventh target sweep's cnn m = 8 came out 38% over.
+    from strategies.cost_model import REFERENCE_MICROBATCHES
+
+    equal = equal_blocks(4, update=5.0)
+    line = equal.with_runtime_line(2, {8: RuntimeOverheads(mp_per_microbatch=2.0),
+                                       96: RuntimeOverheads(mp_per_microbatch=0.0)})
+    at = 64 // m * REFERENCE_MICROBATCHES
+    per_microbatch = 2.0 * (96 - at) / 88
+    assert predict_step(line, Scenario("mp", 2, 64, microbatches=m), 1).step_ms == pytest.approx(
+        m * (12.0 + per_microbatch) + 5.0)  # the blocks take 12 ms a pass whatever its size
+
+
+
+def test_mp_reads_its_residual_on_the_line_through_every_stage_counts_reference_runs(tmp_path: Path) -> None:
+    # mp's stages are one process's labels: its reference runs at 2 stages (micro-batches of 2 and 6 samples) and at
+    # 4 (8 and 12) are four points of one line, by micro-batch. At 4 stages a micro-batch of 4 samples reads it there
+    # (3.0 ms), not the 4-stage pair's nearer end (its 8 samples: 7.0 ms), as the fit of each count did.
+    from bench.predict.calibration import Calibration
+
+    equal = equal_blocks(4, update=5.0)
+    equal = dataclasses.replace(equal, communication={2: equal.communication[2], 4: equal.communication[2]})
+    lines = equal.with_runtime_line(2, {8: RuntimeOverheads(mp_per_microbatch=1.0),
+                                        24: RuntimeOverheads(mp_per_microbatch=5.0)})
+    lines = lines.with_runtime_line(4, {32: RuntimeOverheads(mp_per_microbatch=7.0),
+                                        48: RuntimeOverheads(mp_per_microbatch=11.0)})
+    across = lines.with_across_ranks("mp_per_microbatch", 4)
+    assert across.residual_across_ranks("mp_per_microbatch", 4) == pytest.approx(3.0)  # 1 ms a sample past -1
+    assert across.residual_across_ranks("mp_per_microbatch", 20) == pytest.approx(11.0)  # held at the last
+    assert across.residual_across_ranks("ddp_per_step", 4) is None and lines.residual_across_ranks(
+        "mp_per_microbatch", 4) is None
+    scenario = Scenario("mp", 4, 16, microbatches=4)
+    assert predict_step(across, scenario, 1).step_ms == pytest.approx(4 * (12.0 + 3.0) + 5.0)
+    assert predict_step(lines, scenario, 1).step_ms == pytest.approx(4 * (12.0 + 7.0) + 5.0)
+    path = tmp_path / "c.json"
+    across.save(path)
+    assert Calibration.load(path) == across
 
 
 def test_one_bucket_that_fills_at_the_end_of_the_backward_is_wholly_exposed() -> None:

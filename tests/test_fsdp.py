@@ -53,8 +53,8 @@ def test_zero3_gathers_every_block_again_for_its_backward_and_zero2_none(reshard
                                                                          gathers: int) -> None:
     # What FSDP2 sends as the suite wraps it (each block its own module, none the root): tests/test_comm.py
     # counts ZeRO-3's bytes on real ranks, the forward's gathers and as many again in the backward.
-    from bench.predict.calibration import Curve
     from bench.predict.costs import predict_step
+    from bench.predict.curves import Curve
     from bench.predict.scenario import Scenario
     from tests.helpers.calibrations import FREE, equal_blocks
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from bench.predict.calibration import Curve
 from bench.predict.costs import predict_memory, predict_step
+from bench.predict.curves import Curve
 from bench.predict.scenario import Scenario
 from tests.helpers.calibrations import FREE, equal_blocks
 

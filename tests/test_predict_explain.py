@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from bench.predict.calibration import Communication
+from bench.predict.communication import Communication
 from bench.predict.costs import predict_step
 from bench.predict.scenario import Scenario
 from strategies.cost_model import RuntimeOverheads

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench.harness.config import RunConfig, resolve
-from bench.predict.calibration import Calibration, Curve
+from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, predict_step
+from bench.predict.curves import Curve
 from strategies.cost_model import RuntimeOverheads
 from tests.helpers.calibrations import FREE, equal_blocks
 

@@ -12,7 +12,9 @@ from bench.harness.config import RunConfig, resolve
 from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
 from bench.predict.calibrate import machine_identity
-from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line
+from bench.predict.calibration import BlockCost, Calibration, ComputeCosts, Line
+from bench.predict.communication import Communication
+from bench.predict.curves import Curve
 from bench.predict.record import prediction_record
 from bench.predict.serves import knob_mismatch
 

@@ -21,11 +21,13 @@ from bench.harness.environment import environment
 from bench.harness.launch import threads_per_process
 from bench.harness.ranks import like_a_run
 from bench.harness.runner import optimizer_choice
-from bench.predict.calibration import Calibration, Canary, Communication, ComputeCosts
+from bench.predict.calibration import Calibration, Canary, ComputeCosts
 from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
+from bench.predict.communication import Communication
 from bench.predict.compute import compute_costs_on, plain_step_ms, timed_batches
 from bench.predict.core_sharing import slowdown
+from bench.predict.costs import cost_model, predicted_strategies
 from bench.predict.runtime import (
     fitted_key,
     in_process,
@@ -110,6 +112,10 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     for d, by_batch in references.items():
         calibration = calibration.with_runtime_line(d, {n: residuals(calibration, d, configs, step_ms)
                                                         for n, (configs, step_ms) in by_batch.items()})
+    for name in predicted_strategies():
+        model = cost_model(name)
+        if model.residual and model.across_ranks_units:
+            calibration = calibration.with_across_ranks(model.residual, model.across_ranks_units)
     fitted_runs = tuple(fitted_key(c) for by_batch in references.values() for configs, _ in by_batch.values()
                         for c in configs.values())
     fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))

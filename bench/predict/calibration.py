@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.predict.curves import Curve, Line
+from bench.predict.communication import Communication
+from bench.predict.curves import HeldLine, Line
 from strategies import ConfigError
 from strategies.cost_model import RuntimeOverheads, threads_per_process
 
@@ -65,42 +66,6 @@ class ComputeCosts:
 
 
 @dataclass(frozen=True)
-class Communication:
-    """What N processes of this machine cost beyond their compute, measured on N of them: on shared CPU
-    cores a collective among 4 processes is not a 2-process one with more bytes (the processes queue for
-    the cores), so each device count a sweep runs is measured as itself."""
-
-    collectives: dict[str, Curve]
-    """all_reduce, all_gather, reduce_scatter, broadcast, send_recv."""
-    runtime: RuntimeOverheads = field(default_factory=RuntimeOverheads)
-    """Each cost model's ``residual`` term (strategies/cost_model.py), measured by bench/predict/runtime.py."""
-    overlap: float = 1.0
-    """The share of a collective that hides behind compute running at the same time (1: all of it, as on
-    GPUs' separate streams; on a CPU the collective's threads want the cores the compute holds)."""
-    spread: float = 0.0
-    """Half the range of the reference runs' steps over the groups, over their median (median over the runs)."""
-    runtime_batch: int = 0
-    """The global batch of the reference runs ``runtime`` was fitted on."""
-    runtime_per_sample: RuntimeOverheads = field(default_factory=RuntimeOverheads)
-    """Each residual term's change per sample of global batch: the line through the reference runs at two
-    batches (bench/predict/runtime.py); empty where they ran at one, the terms then the same at every batch."""
-    runtime_last_batch: int = 0
-    """The larger reference batch: beyond the two, a term stays at the nearer one's value."""
-
-    def runtime_at(self, global_batch: float | None) -> RuntimeOverheads:
-        """The residual terms on the line through the reference runs, at ``global_batch`` (None: at theirs),
-        held at the nearer reference batch's beyond them: the line's slope is the difference of two measured
-        terms over a few dozen samples, and carried on past them it took a tiny mlp's predicted step below zero
-        at half the smaller reference batch."""
-        if global_batch is None or not self.runtime_per_sample:
-            return self.runtime
-        within = min(max(global_batch, self.runtime_batch), self.runtime_last_batch or global_batch)
-        terms = {*self.runtime, *self.runtime_per_sample}
-        return RuntimeOverheads({term: self.runtime[term] + self.runtime_per_sample[term] *
-                                 (within - self.runtime_batch) for term in terms})
-
-
-@dataclass(frozen=True)
 class Canary:
     """bench/predict/canary.py's step for one layout: a process of ``threads`` threads stepping ``batch`` samples
     of the calibrated model, and the quickest time it took."""
@@ -137,6 +102,9 @@ class Calibration:
     canaries: tuple[Canary, ...] = ()
     """bench/predict/canary.py's step at calibration, for every layout a run takes (a process's threads and the
     samples of each of its passes); empty: none timed."""
+    across_ranks: dict[str, HeldLine] = field(default_factory=dict)
+    """Residual terms the process count does not change (an in-process run's devices are labels), fitted over the
+    reference runs of every count measured, by the samples of one of the term's units (``with_across_ranks``)."""
 
     def canary_for(self, threads: int, batch: int) -> Canary | None:
         """The canary timed at calibration for a process of ``threads`` threads stepping ``batch`` samples."""
@@ -195,6 +163,20 @@ class Calibration:
         if not self._collective_ranks():
             return RuntimeOverheads()
         return self.communication[self._nearest_ranks(ranks)].runtime_at(global_batch)
+
+    def residual_across_ranks(self, term: str, samples: float) -> float | None:
+        """``term`` at ``samples`` a unit on its line through every process count's reference runs; None: none."""
+        return self.across_ranks[term].at(samples) if term in self.across_ranks else None
+
+    def with_across_ranks(self, term: str, units: int) -> Calibration:
+        """This calibration with ``term`` (paid ``units`` times a reference step) fitted over the reference runs of
+        every process count (each count's two batches, on its line), by the samples of a unit; unchanged where no
+        count measured it."""
+        points = [(batch / units, c.runtime_at(batch)[term]) for c in self.communication.values() if term in c.runtime
+                  for batch in {c.runtime_batch, c.runtime_last_batch or c.runtime_batch}]
+        if not points:
+            return self
+        return dataclasses.replace(self, across_ranks={**self.across_ranks, term: HeldLine.fit(points)})
 
     def spread_for(self, processes: int) -> float:
         """The calibration's own spread where ``processes`` run: the half-width of a prediction's interval."""
@@ -263,14 +245,15 @@ class Calibration:
                                             Line.from_json(v["step_overhead_ms"]), float(v["copy_ms_per_byte"]),
                                             float(v.get("spread", 0.0)))
                        for t, v in data["threads"].items()}
-            communication = {int(n): _communication(c) for n, c in data["communication"].items()}
+            communication = {int(n): Communication.from_json(c) for n, c in data["communication"].items()}
             return cls(data["model"], data["preset"], data["norm"], data["precision"], data["accelerator"],
                        data["backend"], data["machine"], threads, communication,
                        {int(k): float(v) for k, v in data["slowdown"].items()}, data.get("env", {}),
                        tuple(data["fitted_runs"]) if data.get("fitted_runs") is not None else None,
                        int(data["global_batch"]) if data.get("global_batch") else None,
                        tuple(Canary(int(c["threads"]), int(c["batch"]), float(c["ms"]))
-                             for c in data.get("canaries", ())))
+                             for c in data.get("canaries", ())),
+                       {term: HeldLine(**line) for term, line in data.get("across_ranks", {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 
@@ -290,11 +273,3 @@ def _block(data: dict[str, Any]) -> BlockCost:
     return BlockCost(Line.from_json(data["forward_ms"]), Line.from_json(data["backward_ms"]), int(data["parameters"]),
                      float(data["output_bytes_per_sample"]), float(data["saved_bytes_per_sample"]),
                      tuple(int(n) for n in data["tensors"]), *split)
-
-
-def _communication(data: dict[str, Any]) -> Communication:
-    curves = {name: Curve([(int(size), float(ms)) for size, ms in c["points"]])
-              for name, c in data["collectives"].items()}
-    return Communication(curves, RuntimeOverheads(**data["runtime"]), float(data["overlap"]),
-                         float(data.get("spread", 0.0)), int(data.get("runtime_batch", 0)),
-                         RuntimeOverheads(**data.get("runtime_per_sample", {})), int(data.get("runtime_last_batch", 0)))

@@ -29,8 +29,8 @@ from bench.harness.config import RunConfig
 from bench.harness.disturbance import Verdict, judge, machine_cores
 from bench.harness.ranks import become_rank, start_ranks
 from bench.harness.runner import RunResult, step_times_ms, train
-from bench.predict.calibration import Curve
 from bench.predict.compute import half_range
+from bench.predict.curves import Curve
 from strategies.cost_model import threads_per_process
 from strategies.distributed import process_group, torchrun_topology
 

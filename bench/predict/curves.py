@@ -65,3 +65,24 @@ class Curve:
         (s0, t0), (s1, t1) = self.points[i - 1], self.points[i]
         slope = (t1 - t0) / (s1 - s0) if s1 != s0 else 0.0
         return max(self.points[0][1] if size < s0 else 0.0, t0 + slope * (size - s0))
+
+
+@dataclass(frozen=True)
+class HeldLine:
+    """Milliseconds by samples on the least-squares line through measured ``points``, held at the nearer end's
+    value beyond them (a residual's slope is a difference of times over a few dozen samples: carried on, it
+    leaves what was measured)."""
+
+    fixed: float
+    per_sample: float
+    first: float
+    last: float
+
+    def at(self, samples: float) -> float:
+        return self.fixed + self.per_sample * min(max(samples, self.first), self.last)
+
+    @classmethod
+    def fit(cls, points: list[tuple[float, float]]) -> HeldLine:
+        line = Line.fit(points)
+        sizes = [x for x, _ in points]
+        return cls(line.fixed, line.per_sample, min(sizes), max(sizes))

@@ -59,6 +59,9 @@ class _Partial:
     def runtime_for(self, ranks: int, global_batch: float | None = None) -> RuntimeOverheads:
         return self.source.runtime_for(ranks, global_batch) if self.runtime else RuntimeOverheads()
 
+    def residual_across_ranks(self, term: str, samples: float) -> float | None:
+        return self.source.residual_across_ranks(term, samples) if self.runtime else 0.0
+
     def overlap_for(self, ranks: int) -> float:
         return self.source.overlap_for(ranks)
 

@@ -158,6 +158,9 @@ class RooflineSource:
         """The runtimes' own costs (hooks, bucketing) are not on a data sheet: the launch floor stands for them."""
         return RuntimeOverheads()
 
+    def residual_across_ranks(self, term: str, samples: float) -> float | None:
+        return None
+
     def overlap_for(self, ranks: int) -> float:
         """NCCL runs on its own streams: a collective hides wholly behind compute that does not wait for it."""
         return 1.0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from bench.harness.launch import threads_per_process
-from bench.predict.calibration import BlockCost, Calibration, Communication, ComputeCosts, Curve, Line
+from bench.predict.calibration import BlockCost, Calibration, ComputeCosts, Line
+from bench.predict.communication import Communication
+from bench.predict.curves import Curve
 
 MACHINE = {"hostname": "here", "torch": "2.x"}
 FREE = {name: Curve([(1, 0.0), (2**30, 0.0)]) for name in
