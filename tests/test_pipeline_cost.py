@@ -97,6 +97,11 @@ def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> 
     half_shared = SimulatedSpan(1, Action(1, "F", 0), 1.0, 3.0)
     assert ranks_at_work([alone]) == {alone.action: 1.0}
     assert ranks_at_work([alone, half_shared])[alone.action] == 1.5  # the other rank works during half of it
+    # the schedule's own work before a span is work too, and is slowed with it: with 2 ms before the first ([-2, 2])
+    # and 1 before the second ([0, 3]), the second works beside the first for 2 of its 3 ms (counted alone: half)
+    before = {alone.action: 2.0, half_shared.action: 1.0}.__getitem__
+    assert ranks_at_work([alone, half_shared], before)[alone.action] == pytest.approx((2 * 1 + 2 * 2) / 4)
+    assert ranks_at_work([alone, half_shared], before)[half_shared.action] == pytest.approx((1 * 2 + 1 * 2 + 1) / 3)
     # on a real timeline, what each span overlaps of every other, summed directly
     spans = simulate(action_table(schedule_info("1f1b", available_schedules()), 3, 1, 5),
                      lambda a: 1.0 + 0.5 * a.stage + (a.kind == "B"), lambda a: 0.25)
