@@ -4,7 +4,7 @@ strategies/hybrid_cost.py), mp's stage memory.
 The schedule's own action table (strategies/action_tables.py) is replayed with the stages' calibrated F
 and B times (I and W half a B each) and transfers of the stage's output. Ranks idle in the bubble leave the
 cores to the others on emulated devices, so each action computes at the slowdown of the ranks at work beside it,
-and so does the schedule's own work before it.
+and so does the schedule's own work before it, which counts among them.
 """
 
 from __future__ import annotations
@@ -187,7 +187,11 @@ class PipelineCost(CostModel):
         # one pipeline), on a line in their global batch: read where their micro-batch is this run's. Read at this
         # run's global batch, m = 8 took the residual of micro-batches twice this run's: the target sweep's
         # pipelines came out a median 10.3% off (largest 35.6%), 8.4% (29.9%) read so (re-predicted, unscaled).
-        runtime = costs.runtime_for(scenario.devices, samples * REFERENCE_MICROBATCHES)
+        # The reference runs' actions each compute a whole stage of their rank; with v stages a rank, an action
+        # computes a v-th of that: its residual's part that grows with the action's work is read at a v-th of
+        # the samples (its part per action is the line's start). Read at the micro-batch, the twelfth target sweep's
+        # interleaved cnn at 2 ranks paid its calibration's -4.7 ms an action 16 times a step: 55% short (47% so).
+        runtime = costs.runtime_for(scenario.devices, samples / v * REFERENCE_MICROBATCHES)
         per_action = runtime[PipelineCost.residual]
         # of which the rank spends this much between its actions, outside their spans (into the bubble), whatever
         # the sign of the rest: on the small cnn at 2 ranks the actions ran quicker than their blocks timed alone

@@ -186,6 +186,21 @@ def test_the_per_action_residual_is_read_where_the_reference_runs_micro_batch_is
     assert predict_step(line, scenario, 1).step_ms == pytest.approx(predict_step(fixed, scenario, 1).step_ms)
 
 
+def test_an_interleaved_action_reads_the_residual_at_its_share_of_a_stages_work() -> None:
+    # The reference runs' actions each compute a rank's whole stage; with 2 stages a rank an action computes half of
+    # that: the residual's part that grows with the work is read at half the samples (64 in 4 micro-batches of 16,
+    # halves of 8: the reference's global batch 32), its part per action at the line's start.
+    from strategies.cost_model import RuntimeOverheads
+
+    equal = equal_blocks(4)
+    line = equal.with_runtime_line(2, {8: RuntimeOverheads(pp_per_action=2.0), 96: RuntimeOverheads(pp_per_action=0.0)})
+    scenario = Scenario("pp", 2, 64, microbatches=4, schedule="interleaved-1f1b", stages_per_rank=2)
+    fixed = equal.with_runtime(2, RuntimeOverheads(pp_per_action=2.0 * (96 - 32) / 88))
+    assert predict_step(line, scenario, 1).step_ms == pytest.approx(predict_step(fixed, scenario, 1).step_ms)
+    at_the_micro_batch = equal.with_runtime(2, RuntimeOverheads(pp_per_action=2.0 * (96 - 64) / 88))
+    assert predict_step(line, scenario, 1).step_ms > predict_step(at_the_micro_batch, scenario, 1).step_ms
+
+
 def test_each_rank_steps_its_optimizer_as_its_own_part_of_the_schedule_ends() -> None:
     # Under GPipe the last stage's backwards come first: its update runs while the first stage drains. The small
     # cnn's last stage holds 40 of its 42 MiB of weights; its update after the schedule put 5 ms on every 2-rank
