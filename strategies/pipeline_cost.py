@@ -187,10 +187,9 @@ class PipelineCost(CostModel):
         # one pipeline), on a line in their global batch: read where their micro-batch is this run's. Read at this
         # run's global batch, m = 8 took the residual of micro-batches twice this run's: the target sweep's
         # pipelines came out a median 10.3% off (largest 35.6%), 8.4% (29.9%) read so (re-predicted, unscaled).
-        # The reference runs' actions each compute a whole stage of their rank; with v stages a rank, an action
-        # computes a v-th of that: its residual's part that grows with the action's work is read at a v-th of
-        # the samples (its part per action is the line's start). Read at the micro-batch, the twelfth target sweep's
-        # interleaved cnn at 2 ranks paid its calibration's -4.7 ms an action 16 times a step: 55% short (47% so).
+        # A reference action computes its rank's whole stage; with v stages a rank, a v-th of that: the residual's
+        # part that grows with the work is read at a v-th of the samples (its part per action: the line's start).
+        # Read at the micro-batch, the twelfth target sweep's cnn interleaved at 2 ranks came out 55% short, 47% so.
         runtime = costs.runtime_for(scenario.devices, samples / v * REFERENCE_MICROBATCHES)
         per_action = runtime[PipelineCost.residual]
         # of which the rank spends this much between its actions, outside their spans (into the bubble), whatever
