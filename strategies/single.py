@@ -29,8 +29,9 @@ class WholeModelCost(CostModel):
         return 1
 
     def per_pass_residual(self, costs: CostSource, scenario: Scenario) -> float:
-        """What each pass pays beyond its blocks: the strategy's own runtime (none for a whole step)."""
-        return costs.runtime_for(scenario.devices, scenario.global_batch)[self.residual] if self.residual else 0.0
+        """What each pass pays beyond its blocks: the strategy's own runtime (none for a plain step; mp's hand-over
+        between stages, strategies/model_parallel.py)."""
+        return 0.0
 
     def step(self, costs: CostSource, scenario: Scenario, states: int) -> StepPrediction:
         threads = scenario.threads or threads_per_process(1)
