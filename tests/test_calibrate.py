@@ -28,7 +28,12 @@ def test_calibrate_then_predict_then_a_sweep_that_records_each_prediction_and_it
     assert main(["calibrate", "--model", "mlp", "--preset", "tiny", "--devices", "1,2", "--microbatches", "1",
                  "--collective-max-mib", "1", "--repeats", "2", "--groups", "1", "--out", str(calibration)]) == 0
     # mp's residual, one process's whatever its stage count, fitted over every count's reference runs too
-    assert set(Calibration.load(calibration).across_ranks) == {"mp_per_microbatch"}
+    calibrated = Calibration.load(calibration)
+    assert set(calibrated.across_ranks) == {"mp_per_microbatch"}
+    # each rank count's reference runs timed between canaries of its layouts: one process of 2 threads on 1 rank,
+    # and on 2 ranks a rank's thread beside mp's 2 (a quiet machine: near the calibration's own canaries)
+    assert {d: sorted(by) for d, by in calibrated.reference_drift.items()} == {1: [2], 2: [1, 2]}
+    assert all(0.5 < drift < 2.0 for by in calibrated.reference_drift.values() for drift in by.values())
     predictions = tmp_path / "predictions.jsonl"
     assert main(["predict", "--calibration", str(calibration), "--model", "mlp", "--preset", "tiny",
                  "--strategies", "single,ddp,fsdp", "--devices", "1,2", "--out", str(predictions)]) == 0

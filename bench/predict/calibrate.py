@@ -28,6 +28,7 @@ from bench.predict.communication import Communication
 from bench.predict.compute import compute_costs_on, plain_step_ms, timed_batches
 from bench.predict.core_sharing import slowdown
 from bench.predict.costs import cost_model, predicted_strategies
+from bench.predict.reference_speed import StepSpeed, at_calibration_speed, steady_step
 from bench.predict.runtime import (
     fitted_key,
     in_process,
@@ -89,18 +90,29 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         steps.update()
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
     ranks = [d for d in parallel if not cuda or d <= torch.cuda.device_count()]
-    communication, slow, references = {}, {}, {}
+    communication, slow, references, speeds = {}, {}, {}, {}
+    # each step of reference runs between canaries of its layouts (a rank's threads, and every core for mp's one
+    # process), at the largest batch each was timed at before the compute (bench/predict/reference_speed.py)
+    layouts = {c.threads: c for c in sorted(canaries_before, key=lambda c: c.batch)}
+
+    def on_ranks(d: int) -> None:
+        threads = {threads_per_process(1), threads_per_process(d)}
+        probe = functools.partial(_probe, make_spec, optimizer_choice(config).build, device,
+                                  [c for t, c in layouts.items() if t in threads])
+        (communication[d], references[d]), speeds[d] = steady_step(
+            functools.partial(_communication, config, d, largest, groups), probe, f"the reference runs on {d} rank(s)")
+
     # ddp on one device runs its reducer with no peer: its runtime is its own, not the one 2 processes fitted
     # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs). Not on a GPU yet:
     # 3 groups of a CUDA process each, untimed against bench/gpu_check.sh's budget.
     if not cuda:
-        communication[1], references[1] = _communication(config, 1, largest, groups)
+        on_ranks(1)
     steps.update()
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
                                             seconds=2.0)
         if d in ranks:
-            communication[d], references[d] = _communication(config, d, largest, groups)
+            on_ranks(d)
         steps.update()
     steps.close()
     env = environment()
@@ -110,8 +122,10 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     # The runtimes' residuals: what the cost models, with everything else measured, miss on the reference runs,
     # at each of their batches, and the line through them.
     for d, by_batch in references.items():
-        calibration = calibration.with_runtime_line(d, {n: residuals(calibration, d, configs, step_ms)
-                                                        for n, (configs, step_ms) in by_batch.items()})
+        calibration = calibration.with_runtime_line(d, {
+            n: residuals(calibration, d, configs, at_calibration_speed(step_ms, _drift_of(configs, d, speeds[d],
+                                                                                          layouts)))
+            for n, (configs, step_ms) in by_batch.items()})
     for name in predicted_strategies():
         model = cost_model(name)
         if model.residual and model.across_ranks_units:
@@ -126,8 +140,25 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
                         "ms after it: the machine's speed moved while it was measured", first.threads,
                         first.batch, first.ms, after.ms)
     # the canaries from before: the compute the predictions rest on was timed right after them
+    reference_drift = {d: {t: drift for t, c in layouts.items() if (drift := speed.drift(t, c.ms)) is not None}
+                       for d, speed in speeds.items()}
     return dataclasses.replace(calibration, fitted_runs=fitted_runs, global_batch=config.run.batch_size,
-                               canaries=canaries_before)
+                               canaries=canaries_before, reference_drift=reference_drift)
+
+
+def _probe(make_spec: Callable[[], ModelSpec], build_optimizer: Callable, device: torch.device,
+           layouts: list[Canary]) -> dict[int, float]:
+    return {c.threads: canary_ms(make_spec, c.batch, c.threads, build_optimizer, device) for c in layouts}
+
+
+def _drift_of(configs: dict[str, RunConfig], ranks: int, speed: StepSpeed,
+              layouts: dict[int, Canary]) -> Callable[[str], float | None]:
+    """The drift of a reference run's layout, by its name: mp's one process has every core, a rank its share."""
+    def drift(name: str) -> float | None:
+        config = configs.get(name.partition(":")[0])
+        threads = threads_per_process(1 if config is None or in_process(config.strategy) else ranks)
+        return speed.drift(threads, layouts[threads].ms) if threads in layouts else None
+    return drift
 
 
 COMPUTE_TRIES = 3

@@ -105,6 +105,9 @@ class Calibration:
     across_ranks: dict[str, HeldLine] = field(default_factory=dict)
     """Residual terms the process count does not change (an in-process run's devices are labels), fitted over the
     reference runs of every count measured, by the samples of one of the term's units (``with_across_ranks``)."""
+    reference_drift: dict[int, dict[int, float]] = field(default_factory=dict)
+    """By rank count, the speed of its reference runs against the compute's, by threads per process (their
+    canaries' ratio, bench/predict/reference_speed.py; above 1: slower); empty: not measured."""
 
     def canary_for(self, threads: int, batch: int) -> Canary | None:
         """The canary timed at calibration for a process of ``threads`` threads stepping ``batch`` samples."""
@@ -253,7 +256,9 @@ class Calibration:
                        int(data["global_batch"]) if data.get("global_batch") else None,
                        tuple(Canary(int(c["threads"]), int(c["batch"]), float(c["ms"]))
                              for c in data.get("canaries", ())),
-                       {term: HeldLine(**line) for term, line in data.get("across_ranks", {}).items()})
+                       {term: HeldLine(**line) for term, line in data.get("across_ranks", {}).items()},
+                       {int(d): {int(t): float(v) for t, v in by.items()}
+                        for d, by in data.get("reference_drift", {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: calibration lacks or garbles {exc}; calibrate again") from None
 
