@@ -137,14 +137,22 @@ def test_the_compute_is_measured_again_while_its_plain_step_strays_from_its_cana
         block = BlockCost(Line.fit([(32, 5.0), (64, 10.0)]), Line.fit([(32, 10.0), (64, 20.0)]), 1000, 1.0, 1.0)
         return ComputeCosts([block], 0.0, Line.fit([(32, 0.0), (64, step_ms - 30.0)]))
 
-    canary = Canary(threads=2, batch=64, ms=30.0)
+    canaries = (Canary(threads=2, batch=32, ms=20.0), Canary(threads=2, batch=64, ms=30.0))
+    same = lambda: canaries  # noqa: E731 - the machine's canaries did not move
     tries = iter([36.0, 31.0, 30.5])  # a burst of other work, then quiet
-    kept = steady_compute(lambda: costs(next(tries)), canary)
+    kept, timed = steady_compute(lambda: costs(next(tries)), canaries, same)
     assert plain_step_ms(kept, 64) == pytest.approx(31.0) and "+20% off its canary" in caplog.text
-    assert next(tries) == 30.5  # within 10% of the canary: not measured a third time
+    assert next(tries) == 30.5 and timed == canaries  # within 10% of the canary: not measured a third time
     always = iter([36.0, 40.0, 34.0])  # disturbed every time: the nearest try, said so
-    assert plain_step_ms(steady_compute(lambda: costs(next(always)), canary), 64) == pytest.approx(34.0)
-    assert "keeping the nearest try" in caplog.text
+    assert plain_step_ms(steady_compute(lambda: costs(next(always)), canaries, same)[0], 64) == pytest.approx(34.0)
+    assert "keeping the nearest pair" in caplog.text
+    # the canary the one disturbed (its step 43.67 ms, the compute's 30-31 throughout): timed again with it, and
+    # the pair that agrees kept, the canaries it was held against with it
+    slow = (Canary(2, 32, 29.0), Canary(2, 64, 43.67))
+    again = (Canary(2, 32, 20.5), Canary(2, 64, 30.2))
+    steps = iter([31.0, 30.0])
+    kept, timed = steady_compute(lambda: costs(next(steps)), slow, lambda: again)
+    assert plain_step_ms(kept, 64) == pytest.approx(30.0) and timed == again
     # a canary at a batch the blocks were not timed at, or none, checks nothing
-    assert plain_step_ms(steady_compute(lambda: costs(50.0), Canary(2, 16, 30.0)), 64) == pytest.approx(50.0)
-    assert plain_step_ms(steady_compute(lambda: costs(50.0), None), 64) == pytest.approx(50.0)
+    assert plain_step_ms(steady_compute(lambda: costs(50.0), (Canary(2, 16, 30.0),))[0], 64) == pytest.approx(50.0)
+    assert steady_compute(lambda: costs(50.0), ())[1] == ()

@@ -82,10 +82,13 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     costs = {}
     steps = tqdm(total=len(threads) + len(parallel) + 1, desc="calibrate", unit="step")
     for t in threads:
-        canary = max((c for c in canaries_before if c.threads == t), key=lambda c: c.batch, default=None)
         measure = functools.partial(like_a_run, config.run.accelerator, compute_costs_on, t, make_spec, batches,
                                     optimizer_choice(config).build, device, repeats)
-        costs[t] = steady_compute(measure, canary)
+        mine = tuple(c for c in canaries_before if c.threads == t)
+        retime = functools.partial(_retimed, make_spec, optimizer_choice(config).build, device, mine)
+        costs[t], timed = steady_compute(measure, mine, retime)
+        canaries_before = tuple(sorted((*(c for c in canaries_before if c.threads != t), *timed),
+                                       key=lambda c: (c.threads, c.batch)))
         batches = timed_batches(costs[t])  # a batch the model cannot train at is tried, and warned of, once
         steps.update()
     # One GPU cannot host two NCCL ranks: with fewer than 2, nothing that communicates is predicted.
@@ -165,29 +168,43 @@ COMPUTE_TRIES = 3
 """Measurements of the compute at one thread count, at most, before the one nearest its canary is kept."""
 
 
-def steady_compute(measure: Callable[[], ComputeCosts], canary: Canary | None,
-                   tries: int = COMPUTE_TRIES) -> ComputeCosts:
-    """The compute ``measure`` times, measured again while its plain step at the canary's batch came out more
-    than ``DRIFT_LIMIT`` off the canary timed just before (the same step, the quickest of 3): other work, or the
-    machine's speed, moved while the blocks were timed. Of the tries, the one nearest the canary.
+def steady_compute(measure: Callable[[], ComputeCosts], canaries: tuple[Canary, ...],
+                   retime: Callable[[], tuple[Canary, ...]] | None = None,
+                   tries: int = COMPUTE_TRIES) -> tuple[ComputeCosts, tuple[Canary, ...]]:
+    """The compute ``measure`` times, measured again while its plain step at the largest batch of ``canaries``
+    (one thread count's) came out more than ``DRIFT_LIMIT`` off that canary, timed just before (the same step,
+    the quickest of 3): other work, or the machine's speed, moved between them. Each try after the first times
+    its canaries again first (``retime``): either side may be the one disturbed. Of the tries, the pair nearest.
 
     In a main job on the 2-core VM the 2-thread compute put the small mlp's plain step at batch 64 at 25.5 ms
     where its canary had read 22.1 seconds before and the sweep's runs then measured 22.4-22.9: single,
     whose prediction is that step, 12.6% over, and every one-process prediction with it. Run again, the same
-    measurement came out within 2-3% of its canary (20.8-21.3 ms against 20.5-20.8)."""
-    tried: list[tuple[float, ComputeCosts]] = []
+    measurement came out within 2-3% of its canary (20.8-21.3 ms against 20.5-20.8). In a target sweep the
+    other way round: the small mlp's one-thread canary at batch 32 read 43.67 ms, its compute three times 18-30%
+    quicker, and the same canary 29.45 ms at the calibration's end; every run's drift is read against it."""
+    tried: list[tuple[float, ComputeCosts, tuple[Canary, ...]]] = []
     for attempt in range(tries):
+        if attempt and retime is not None:
+            canaries = retime()
         costs = measure()
+        canary = max(canaries, key=lambda c: c.batch, default=None)
         if canary is None or canary.batch not in timed_batches(costs):
-            return costs
+            return costs, canaries
         off = plain_step_ms(costs, canary.batch) / canary.ms - 1
-        tried.append((abs(off), costs))
+        tried.append((abs(off), costs, canaries))
         if abs(off) <= DRIFT_LIMIT:
             break
         log.warning("the plain step at batch %d came out %+.0f%% off its canary (%.2f ms) on %d thread(s) "
                     "(try %d of %d)%s", canary.batch, 100 * off, canary.ms, canary.threads, attempt + 1, tries,
-                    ": measuring the compute again" if attempt + 1 < tries else ": keeping the nearest try")
-    return min(tried, key=lambda pair: pair[0])[1]
+                    ": timing both again" if attempt + 1 < tries else ": keeping the nearest pair")
+    _, costs, canaries = min(tried, key=lambda t: t[0])
+    return costs, canaries
+
+
+def _retimed(make_spec: Callable[[], ModelSpec], build_optimizer: Callable, device: torch.device,
+             canaries: tuple[Canary, ...]) -> tuple[Canary, ...]:
+    return tuple(Canary(c.threads, c.batch, canary_ms(make_spec, c.batch, c.threads, build_optimizer, device))
+                 for c in canaries)
 
 
 def _canaries(config: RunConfig, make_spec: Callable[[], ModelSpec], devices: tuple[int, ...],
