@@ -1,12 +1,12 @@
-"""bench/predict/reference_speed.py: a step of reference runs timed between canaries, measured again while they
-disagree, and brought back to the compute's speed as far as a run's drift is taken out."""
+"""bench/predict/reference_speed.py: a step of reference runs timed between canaries, a move across it said, and
+brought back to the compute's speed as far as a run's drift is taken out."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.predict.canary import taken_out
-from bench.predict.reference_speed import StepSpeed, at_calibration_speed, steady_step
+from bench.predict.reference_speed import StepSpeed, at_calibration_speed, timed_between
 
 
 def test_the_speed_of_a_step_is_its_canaries_mean_against_the_calibrations() -> None:
@@ -17,19 +17,18 @@ def test_the_speed_of_a_step_is_its_canaries_mean_against_the_calibrations() -> 
     assert speed.drift(4, calibrated_ms=30.0) is None  # no canary of that layout
 
 
-def test_a_step_the_speed_moved_across_is_measured_again_and_the_steadiest_try_kept(
-        caplog: pytest.LogCaptureFixture) -> None:
-    readings = iter([{1: 40.0}, {1: 30.0},   # 25% quicker across the first try
-                     {1: 30.0}, {1: 31.0}])  # steady across the second
-    results = iter(["first", "second", "third"])
-    result, speed = steady_step(lambda: next(results), lambda: next(readings), "the reference runs on 2 rank(s)")
-    assert (result, speed) == ("second", StepSpeed({1: 30.0}, {1: 31.0}))
-    assert "moved 25% across the reference runs on 2 rank(s) (try 1 of 2): measuring it again" in caplog.text
-    assert next(results) == "third"  # steady: not measured a third time
-    moving = iter([{1: 40.0}, {1: 30.0}, {1: 30.0}, {1: 40.0}])  # 25% quicker, then 33% slower
-    results = iter(["first", "second"])
-    assert steady_step(lambda: next(results), lambda: next(moving), "a step")[0] == "first"
-    assert "keeping the steadiest try" in caplog.text
+def test_a_step_is_timed_between_canaries_and_a_move_across_it_said(caplog: pytest.LogCaptureFixture) -> None:
+    order: list[str] = []
+    readings = iter([{1: 40.0}, {1: 30.0}])  # 25% quicker across the step
+    step = lambda: order.append("step") or "ran"  # noqa: E731
+    canaries = lambda: order.append("canary") or next(readings)  # noqa: E731
+    result, speed = timed_between(step, canaries, "the reference runs on 2 rank(s)")
+    assert (result, speed, order) == ("ran", StepSpeed({1: 40.0}, {1: 30.0}), ["canary", "step", "canary"])
+    assert "moved 25% across the reference runs on 2 rank(s): the drift taken out from their mean" in caplog.text
+    caplog.clear()
+    steady = iter([{1: 30.0}, {1: 31.0}])
+    timed_between(lambda: None, lambda: next(steady), "a step")
+    assert caplog.text == ""  # within 10%: nothing to say
 
 
 def test_reference_runs_are_brought_back_to_the_computes_speed_as_a_runs_drift_is_taken_out() -> None:

@@ -28,7 +28,7 @@ from bench.predict.communication import Communication
 from bench.predict.compute import compute_costs_on, plain_step_ms, timed_batches
 from bench.predict.core_sharing import slowdown
 from bench.predict.costs import cost_model, predicted_strategies
-from bench.predict.reference_speed import StepSpeed, at_calibration_speed, steady_step
+from bench.predict.reference_speed import StepSpeed, at_calibration_speed, timed_between
 from bench.predict.runtime import (
     fitted_key,
     in_process,
@@ -102,7 +102,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         threads = {threads_per_process(1), threads_per_process(d)}
         probe = functools.partial(_probe, make_spec, optimizer_choice(config).build, device,
                                   [c for t, c in layouts.items() if t in threads])
-        (communication[d], references[d]), speeds[d] = steady_step(
+        (communication[d], references[d]), speeds[d] = timed_between(
             functools.partial(_communication, config, d, largest, groups), probe, f"the reference runs on {d} rank(s)")
 
     # ddp on one device runs its reducer with no peer: its runtime is its own, not the one 2 processes fitted
