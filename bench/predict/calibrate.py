@@ -101,7 +101,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     def on_ranks(d: int) -> None:
         threads = {threads_per_process(1), threads_per_process(d)}
         probe = functools.partial(_probe, make_spec, optimizer_choice(config).build, device,
-                                  [c for t, c in layouts.items() if t in threads])
+                                  tuple(c for t, c in layouts.items() if t in threads))
         (communication[d], references[d]), speeds[d] = timed_between(
             functools.partial(_communication, config, d, largest, groups), probe, f"the reference runs on {d} rank(s)")
 
@@ -150,8 +150,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
 
 
 def _probe(make_spec: Callable[[], ModelSpec], build_optimizer: Callable, device: torch.device,
-           layouts: list[Canary]) -> dict[int, float]:
-    return {c.threads: canary_ms(make_spec, c.batch, c.threads, build_optimizer, device) for c in layouts}
+           layouts: tuple[Canary, ...]) -> dict[int, float]:
+    return {c.threads: c.ms for c in _retimed(make_spec, build_optimizer, device, layouts)}
 
 
 def _drift_of(configs: dict[str, RunConfig], ranks: int, speed: StepSpeed,
