@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from strategies.action_tables import SimulatedSpan
 from strategies.options import OptionSource
+
+if TYPE_CHECKING:
+    from models.backward_peaks import BackwardPeak
 
 FP32 = 4
 """Bytes per fp32 element: the parameters, gradients and optimizer state the suite trains in."""
@@ -56,6 +59,9 @@ class Scenario:
     attention's heads, the MLP's hidden: models/sizes.py), whatever precision they are kept in."""
     batch_bytes_per_sample: float = 0.0
     """The bytes of one sample of the model's batch, inputs and targets (models/sizes.py); 0: not counted."""
+    backward_peaks: tuple[BackwardPeak, ...] = ()
+    """Per block of the model, what it holds at its own backward's largest moment (models/backward_peaks.py);
+    empty: not counted, and the step's moments are taken at the blocks' edges."""
     threads: int | None = None
     """The threads each process computes with; None: what the launcher gives it (``threads_per_process``)."""
 

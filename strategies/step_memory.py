@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from strategies.cost_model import FP32
+
+if TYPE_CHECKING:
+    from models.backward_peaks import BackwardPeak
 
 FORWARD_PEAK = ("activations", "gathered_parameters")
 """What a step holds at the end of its forward beyond what it always holds: every saved activation, and
@@ -34,24 +38,42 @@ class BlockHeld:
     """Its output, and so in the backward the gradient the next block hands it."""
 
 
-def backward_moments(blocks: Sequence[BlockHeld]) -> list[float]:
-    """Bytes of activations and gradients held at each moment a step may peak, beyond what it always holds: the
-    forward's end (every saved activation); the loss's backward, where cross-entropy (every model here ends in one)
-    has freed the log-probabilities it saved and holds two gradients of their size; each block's backward, its own
-    and the later blocks' gradients made, the earlier blocks' activations and its own still held, the gradient of
-    its input being made; and the optimizer step (the whole gradients).
+def backward_moments(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (), samples: float = 0.0
+                     ) -> list[float]:
+    """Bytes held at each of ``moments_by_kind``, every kind together."""
+    return [sum(moment.values()) for moment in moments_by_kind(blocks, peaks, samples)]
 
-    Measured by MemTracker on the 2-core VM (small models, one device; MiB): the cnn peaks in its fourth block's
-    backward (138.78; the forward's end and the step gave 127.96, this 138.61), the transformer in its loss's
-    backward (106.39; 102.31 before, 106.31), the mlp in its first block's backward (96.71, of which 0.25 the batch:
-    96.21 before, 96.46)."""
+
+def moments_by_kind(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (), samples: float = 0.0
+                    ) -> list[dict[str, float]]:
+    """Bytes of activations, gradients and temporaries held at each moment a step may peak, beyond what it always
+    holds: the forward's end (every saved activation); the loss's backward, where cross-entropy (every model here
+    ends in one) has freed the log-probabilities it saved and holds two gradients of their size; each block's
+    backward; and the optimizer step (the whole gradients).
+
+    A block's backward, where ``peaks`` counted it (one per block, read at ``samples``): the earlier blocks'
+    activations and the later blocks' gradients, with what the block itself held at its largest moment. Else at its
+    end: its own and the later blocks' gradients made, the earlier blocks' activations and its own still held, the
+    gradient of its input being made. Measured by MemTracker on the 2-core VM (small models, one device; MiB): the
+    cnn peaks in its fourth block's backward (138.78; the forward's end and the step gave 127.96, the blocks' ends
+    138.61), the transformer in its loss's backward (106.39; 102.31 before, 106.31), the mlp in its first block's
+    backward (96.71, of which 0.25 the batch: 96.21 before, 96.46). At the blocks' ends the temporaries of the
+    transformer's layers went uncounted: DDP's 17.62 MiB on 2 ranks (its buckets' 14.12 and the last layer's 3.50)
+    predicted 14.12."""
     saved = [b.saved for b in blocks]
+    gradients = [b.gradients for b in blocks]
     last = blocks[-1].output if blocks else 0.0
-    moments = [sum(saved), sum(saved) + last]
+    moments = [{"activations": sum(saved)}, {"activations": sum(saved) - last, "temporaries": 2 * last}]
     for i in reversed(range(len(blocks))):
-        incoming = blocks[i - 1].output if i else 0.0
-        moments.append(sum(b.gradients for b in blocks[i:]) + sum(saved[:i + 1]) + incoming)
-    moments.append(sum(b.gradients for b in blocks))
+        if peaks:
+            own = peaks[i]
+            moments.append({"activations": sum(saved[:i]) + own.activations.at(samples),
+                            "gradients": sum(gradients[i + 1:]) + own.gradients.at(samples),
+                            "temporaries": own.temporaries.at(samples)})
+        else:
+            moments.append({"activations": sum(saved[:i + 1]), "gradients": sum(gradients[i:]),
+                            "temporaries": blocks[i - 1].output if i else 0.0})
+    moments.append({"gradients": sum(gradients)})
     return moments
 
 
@@ -64,10 +86,17 @@ def by_kind(parameters: float, gradients: float, optimizer: float, activations: 
     return with_total({k: int(v) for k, v in kinds.items()})
 
 
-def at_largest_moment(kinds: dict[str, int], held: Sequence[BlockHeld]) -> dict[str, int]:
-    """``kinds`` with the total of the largest of ``backward_moments``; ``held``: each block's share of the
-    gradients and activations."""
-    return with_total(kinds, backward_moments(held))
+def at_largest_moment(kinds: dict[str, int], held: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (),
+                      samples: float = 0.0) -> dict[str, int]:
+    """``kinds`` with the total of the largest of ``moments_by_kind``; ``held``: each block's share of the
+    gradients and activations. Where ``peaks`` counted the blocks' backwards, the temporaries are those held
+    throughout (DDP's buckets) and the largest moment's, as the tracker reads them at the step's peak."""
+    moments = moments_by_kind(held, peaks, samples)
+    out = with_total(kinds, [sum(moment.values()) for moment in moments])
+    if peaks:
+        largest = max(moments, key=lambda moment: sum(moment.values()))
+        out["temporaries"] = int(kinds.get("temporaries", 0) + largest.get("temporaries", 0.0))
+    return out
 
 
 def with_total(kinds: dict[str, int], moments: Sequence[float] | None = None) -> dict[str, int]:

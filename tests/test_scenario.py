@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import models
 from bench.harness.config import RunConfig, resolve
 from bench.predict.scenario import Scenario, scenario_for
 
@@ -10,8 +13,21 @@ BATCH = 32 * 4 + 8
 
 
 def _scenario(**flags: object) -> Scenario:
+    """The scenario without its counted backward peaks (``test_the_scenario_counts_each_blocks_backward_peak``)."""
+    return dataclasses.replace(_counted(**flags), backward_peaks=())
+
+
+def _counted(**flags: object) -> Scenario:
     return scenario_for(resolve(RunConfig.from_flags(model="mlp", preset="tiny", accelerator="cpu", batch_size=16,
                                                      **flags)))
+
+
+def test_the_scenario_counts_each_blocks_backward_peak() -> None:
+    blocks = len(models.build_model("mlp", "tiny").blocks)
+    peaks = _counted(strategy="ddp", devices=2).backward_peaks
+    assert len(peaks) == blocks
+    # a Linear's backward makes its weight's gradient (fixed) and its input's (per sample), as temporaries
+    assert all(p.temporaries.fixed > 0 for p in peaks) and peaks[1].temporaries.per_sample > 0
 
 
 def test_the_scenario_keeps_each_option_that_changes_a_runs_cost() -> None:

