@@ -164,3 +164,20 @@ def test_zero1s_state_is_tracked_where_it_lives_in_the_optimizer_it_wraps(tmp_pa
         dist.destroy_process_group()
     assert zero1["optimizer_state"] == plain["optimizer_state"] > 0
     assert zero1["total"] == plain["total"]
+
+
+def test_ddps_buckets_rebuilt_in_the_second_forward_count_among_its_temporaries() -> None:
+    from bench.harness.memory import _larger
+
+    # The small transformer, ddp on 4 ranks, as tracked (MiB): the first step holds its buckets (14.12) as
+    # temporaries; the second step's forward makes them again, activations to the tracker (18.53 -> 32.65), and its
+    # peak holds 2.00 of the loss's gradients beside them.
+    mib = 2**20
+    first = [{"device": "cpu", "activations": int(18.53 * mib), "temporaries": int(14.12 * mib), "total": 56 * mib}]
+    second = [{"device": "cpu", "activations": int(32.65 * mib), "temporaries": 2 * mib, "total": 62 * mib}]
+    merged = _larger(first, second)[0]
+    assert merged["temporaries"] == 2 * mib + int(32.65 * mib) - int(18.53 * mib)  # 16.12: the buckets and the loss's
+    assert merged["activations"] == int(18.53 * mib) and merged["total"] == 62 * mib
+    # a step whose forward makes nothing more than the first's keeps each kind's larger figure
+    same = [{"device": "cpu", "activations": int(18.53 * mib), "temporaries": 2 * mib, "total": 60 * mib}]
+    assert _larger(first, same)[0]["temporaries"] == int(14.12 * mib)
