@@ -188,7 +188,7 @@ class DataParallelCost(CostModel):
         # DDP's buckets hold a copy of the gradients
         kinds = by_kind(parameters, parameters, states * parameters * self.optimizer_share(scenario, blocks),
                         sum(b.saved_bytes_per_sample for b in blocks) * samples, temporaries=FP32 * parameters)
-        return at_largest_moment(kinds, held, scenario.backward_peaks, samples)
+        return at_largest_moment(kinds, held, scenario.backward_peaks, samples, gathered_bytes)
 
 
 class DistributedDataParallelStrategy(Strategy):

@@ -44,7 +44,7 @@ from strategies.distributed import backend
 from strategies.errors import ConfigError
 from strategies.options import FSDPOptions, ModelFacts, RunOptions
 from strategies.shards import check_divisible, shard_range
-from strategies.step_memory import by_kind
+from strategies.step_memory import by_kind, peak_bytes
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -149,8 +149,7 @@ class ShardedCost(CostModel):
         saved = [b.saved_bytes_per_sample * samples for b in blocks]
         logits = blocks[-1].output_bytes_per_sample * scenario.global_batch / n if blocks else 0.0
         moments = held_at([b.parameters for b in blocks], saved, n, scenario.reshard_after_forward, gathered_bytes,
-                          logits, [(p.activations.at(samples), p.gradients.at(samples), p.temporaries.at(samples))
-                                   for p in scenario.backward_peaks])
+                          logits, [peak_bytes(p, samples, gathered_bytes) for p in scenario.backward_peaks])
         peak = max(moments, key=lambda held: sum(held.values()))
         kinds = by_kind(parameters / n, parameters / n, states * parameters / n, sum(saved),
                         gathered_parameters=peak["gathered_parameters"], temporaries=peak["temporaries"])

@@ -53,7 +53,7 @@ class WholeModelCost(CostModel):
         held = [BlockHeld(FP32 * b.parameters, b.saved_bytes_per_sample * scenario.global_batch,
                           b.output_bytes_per_sample * scenario.global_batch) for b in blocks]
         kinds = by_kind(parameters, parameters, states * parameters, saved * scenario.global_batch)
-        return at_largest_moment(kinds, held, scenario.backward_peaks, scenario.global_batch)
+        return at_largest_moment(kinds, held, scenario.backward_peaks, scenario.global_batch, gathered_bytes)
 
 
 class SingleDevice(Strategy):

@@ -44,8 +44,17 @@ def backward_moments(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] 
     return [sum(moment.values()) for moment in moments_by_kind(blocks, peaks, samples)]
 
 
-def moments_by_kind(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (), samples: float = 0.0
-                    ) -> list[dict[str, float]]:
+def peak_bytes(peak: BackwardPeak, samples: float, element_bytes: int = FP32) -> tuple[float, float, float]:
+    """``peak``'s own activations, gradients made and temporaries at ``samples``, in a computation of
+    ``element_bytes`` a value (counted in fp32; 2 under bf16 autocast, whose activations and their gradients are
+    half as large, as a GPU profile's saved bytes are)."""
+    scale = element_bytes / FP32
+    return (peak.activations.at(samples) * scale, peak.gradients.at(samples) * scale,
+            peak.temporaries.at(samples) * scale)
+
+
+def moments_by_kind(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (), samples: float = 0.0,
+                    element_bytes: int = FP32) -> list[dict[str, float]]:
     """Bytes of activations, gradients and temporaries held at each moment a step may peak, beyond what it always
     holds: the forward's end (every saved activation); the loss's backward, where cross-entropy (every model here
     ends in one) has freed the log-probabilities it saved and holds two gradients of their size; each block's
@@ -66,10 +75,9 @@ def moments_by_kind(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] =
     moments = [{"activations": sum(saved)}, {"activations": sum(saved) - last, "temporaries": 2 * last}]
     for i in reversed(range(len(blocks))):
         if peaks:
-            own = peaks[i]
-            moments.append({"activations": sum(saved[:i]) + own.activations.at(samples),
-                            "gradients": sum(gradients[i + 1:]) + own.gradients.at(samples),
-                            "temporaries": own.temporaries.at(samples)})
+            activations, made, temporaries = peak_bytes(peaks[i], samples, element_bytes)
+            moments.append({"activations": sum(saved[:i]) + activations,
+                            "gradients": sum(gradients[i + 1:]) + made, "temporaries": temporaries})
         else:
             moments.append({"activations": sum(saved[:i + 1]), "gradients": sum(gradients[i:]),
                             "temporaries": blocks[i - 1].output if i else 0.0})
@@ -87,11 +95,12 @@ def by_kind(parameters: float, gradients: float, optimizer: float, activations: 
 
 
 def at_largest_moment(kinds: dict[str, int], held: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (),
-                      samples: float = 0.0) -> dict[str, int]:
+                      samples: float = 0.0, element_bytes: int = FP32) -> dict[str, int]:
     """``kinds`` with the total of the largest of ``moments_by_kind``; ``held``: each block's share of the
     gradients and activations. Where ``peaks`` counted the blocks' backwards, the temporaries are those held
-    throughout (DDP's buckets) and the largest moment's, as the tracker reads them at the step's peak."""
-    moments = moments_by_kind(held, peaks, samples)
+    throughout (DDP's buckets) and the largest moment's, as the tracker reads them at the step's peak;
+    ``element_bytes``: the computation's bytes a value (``peak_bytes``)."""
+    moments = moments_by_kind(held, peaks, samples, element_bytes)
     out = with_total(kinds, [sum(moment.values()) for moment in moments])
     if peaks:
         largest = max(moments, key=lambda moment: sum(moment.values()))

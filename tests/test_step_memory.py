@@ -76,3 +76,12 @@ def test_the_temporaries_are_the_largest_moments_with_each_blocks_backward_count
     assert counted["temporaries"] / MIB == pytest.approx(17.62, rel=0.05)
     assert at_largest_moment(kinds, held)["temporaries"] / MIB == pytest.approx(14.12, rel=0.01)
     assert counted["total"] / MIB == pytest.approx(81.43, rel=0.02)
+
+
+def test_a_block_s_counted_peak_halves_under_bf16_as_its_activations_do() -> None:
+    from models.backward_peaks import BackwardPeak, Bytes
+    from strategies.step_memory import peak_bytes
+
+    peak = BackwardPeak(Bytes(0.0, 100.0), Bytes(40.0, 0.0), Bytes(8.0, 10.0))
+    assert peak_bytes(peak, 2) == (200.0, 40.0, 28.0)
+    assert peak_bytes(peak, 2, element_bytes=2) == (100.0, 20.0, 14.0)
