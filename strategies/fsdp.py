@@ -163,7 +163,7 @@ def held_at(sizes: Sequence[int], saved: Sequence[float], n: int, zero3: bool, g
     block's forward, the loss's backward, each block's backward, and the optimizer step. ``sizes``: each block's
     parameters; ``saved``: the bytes each block's forward keeps for its backward on this rank; ``logits``: the
     last block's output on this rank, the size of the two gradients the loss's backward holds (strategies/
-    step_memory.py backward_moments).
+    step_memory.py moments_by_kind).
 
     FSDP2 gathers a block for its forward and frees it after (ZeRO-3) or keeps it to its backward (ZeRO-2). As
     a block's forward starts it copies the block out of the all-gather's buffer while the previous block's buffer

@@ -38,12 +38,6 @@ class BlockHeld:
     """Its output, and so in the backward the gradient the next block hands it."""
 
 
-def backward_moments(blocks: Sequence[BlockHeld], peaks: Sequence[BackwardPeak] = (), samples: float = 0.0
-                     ) -> list[float]:
-    """Bytes held at each of ``moments_by_kind``, every kind together."""
-    return [sum(moment.values()) for moment in moments_by_kind(blocks, peaks, samples)]
-
-
 def peak_bytes(peak: BackwardPeak, samples: float, element_bytes: int = FP32) -> tuple[float, float, float]:
     """``peak``'s own activations, gradients made and temporaries at ``samples``, in a computation of
     ``element_bytes`` a value (counted in fp32; 2 under bf16 autocast, whose activations and their gradients are

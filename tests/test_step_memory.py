@@ -7,9 +7,14 @@ import pytest
 import models
 from models.backward_peaks import backward_peaks
 from models.sizes import output_bytes_per_sample, parameter_counts, saved_bytes_per_sample
-from strategies.step_memory import BlockHeld, at_largest_moment, backward_moments, by_kind, with_total
+from strategies.step_memory import BlockHeld, at_largest_moment, by_kind, moments_by_kind, with_total
 
 MIB = 2**20
+
+
+def backward_moments(blocks: list[BlockHeld]) -> list[float]:
+    """Bytes held at each of ``moments_by_kind``, every kind together."""
+    return [sum(moment.values()) for moment in moments_by_kind(blocks)]
 
 
 def test_bytes_by_kind_total_the_larger_of_the_forward_and_the_step_peaks() -> None:
