@@ -20,10 +20,8 @@ from typing import Any
 
 import torch
 
-from models.sizes import parameter_counts, saved_bytes_per_sample
+from models.sizes import saved_bytes_per_sample
 from models.spec import ModelSpec
-
-FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ def _count(spec: ModelSpec, samples: int) -> list[tuple[float, float, float]]:
 
     blocks = copy.deepcopy(spec.blocks).to("meta")
     saved = [s * samples for s in saved_bytes_per_sample(spec)]
-    gradients = [FP32 * n for n in parameter_counts(spec.blocks)]
+    gradients = [sum(p.numel() * p.element_size() for p in block.parameters()) for block in blocks]
     names = {f"{type(blocks).__name__}.{i}": i for i in range(len(blocks))}
     peaks: dict[int, dict[str, int]] = {}
 
