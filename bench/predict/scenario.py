@@ -33,25 +33,33 @@ def scenario_for(config: RunConfig) -> Scenario:
     return cost_model(config.strategy).specialise(common, config, workload.model, workload.preset, workload.norm)
 
 
-@functools.lru_cache(maxsize=64)
-def _batch_bytes(model: str, preset: str, norm: str) -> float:
-    """``batch_bytes_per_sample`` of a model built on the meta device (no weights made); 0 (the batch not counted)
-    for a model of one's own that cannot be built there."""
+@functools.lru_cache(maxsize=16)
+def _meta_spec(model: str, preset: str, norm: str) -> models.ModelSpec | None:
+    """The model built on the meta device (no weights made); None for a model of one's own that cannot be built there
+    (a user's builder may need real tensors): its prediction goes on without what is counted from it."""
     try:
         with torch.device("meta"):
-            spec = models.build_model(model, preset, norm)
-        return batch_bytes_per_sample(spec)
-    except Exception:  # a user's builder may need real tensors: its prediction goes on without the batch
+            return models.build_model(model, preset, norm)
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_bytes(model: str, preset: str, norm: str) -> float:
+    """``batch_bytes_per_sample`` of the model (0: the batch not counted)."""
+    spec = _meta_spec(model, preset, norm)
+    try:
+        return batch_bytes_per_sample(spec) if spec is not None else 0.0
+    except Exception:  # a batch the meta device cannot make: the prediction goes on without it
         return 0.0
 
 
 @functools.lru_cache(maxsize=64)
 def _backward_peaks(model: str, preset: str, norm: str, samples: tuple[int, int]) -> tuple[BackwardPeak, ...]:
-    """``backward_peaks`` of a model built on the meta device; none (each block's moments at its edges) for a
-    model of one's own that cannot be built or tracked there."""
+    """``backward_peaks`` of the model; none (each block's moments at its edges) where it cannot be built or tracked
+    on the meta device."""
+    spec = _meta_spec(model, preset, norm)
     try:
-        with torch.device("meta"):
-            spec = models.build_model(model, preset, norm)
-        return backward_peaks(spec, samples)
-    except Exception:  # a user's builder may need real tensors: its memory is predicted from the blocks' edges
+        return backward_peaks(spec, samples) if spec is not None else ()
+    except Exception:  # a block the meta device cannot run backward: its memory is predicted from the blocks' edges
         return ()
