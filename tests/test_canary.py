@@ -56,3 +56,16 @@ def test_a_runs_canary_is_one_pass_of_one_of_its_processes() -> None:
     assert canary_layout(64, 1, 1) == (cores, 64)  # single, ddp on one device
     assert canary_layout(64, 1, 4) == (cores, 16)  # mp: one process, 4 micro-batches
     assert canary_layout(64, 2, 4) == (threads_per_process(2), 8)  # pp: each rank's micro-batch
+
+
+def test_a_canary_timed_after_the_run_too_brackets_it_and_a_move_between_the_two_is_noted() -> None:
+    from bench.predict.canary import bracketed
+
+    at_calibration = Canary(threads=2, batch=2, ms=27.0)
+    assert bracketed(27.0, 48.0) == pytest.approx(36.0)  # geometric: a factor either way counts alike
+    moved, note = drift_fields(at_calibration, 27.0, 48.0)
+    assert (moved["canary_ms"], moved["canary_after_ms"]) == (27.0, 48.0)
+    assert moved["canary_drift"] == pytest.approx(36.0 / 27.0)
+    assert "27 ms before the run and 48 after it" in note and "1.33x as long as at calibration" in note
+    steady, note = drift_fields(at_calibration, 27.0, 28.0)
+    assert steady["canary_drift"] == pytest.approx((27.0 * 28.0) ** 0.5 / 27.0) and note == ""

@@ -76,3 +76,30 @@ def test_each_prediction_s_interval_takes_the_errors_of_the_runs_measured_before
     later = handed()
     assert later["predicted_step_time_ms_interval"] == pytest.approx([step / 1.3, step * 1.3])
     assert later["predicted_interval_basis"].startswith("the 80% quantile of 4 earlier held-out errors")
+
+
+def test_once_the_run_has_ended_its_canary_is_timed_again_and_its_record_rescored_by_both_readings(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    out = tmp_path / "sweep.jsonl"
+    predictor = for_sweep.SweepPredictor()
+    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(equal_blocks(4), canaries=(Canary(1, 4, 4.0),))
+    predictor.sources[("mlp", "tiny")] = "calibration c.json"
+    config = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
+                                          out=str(out)))
+    readings = iter([4.0, 9.0])  # the canary before the run, as calibrated; after it, 2.25x as long
+    monkeypatch.setattr(for_sweep, "canary_ms", lambda *_: next(readings))
+    handed = json.loads(predictor.env_for(config)[PREDICTION_VARIABLE])
+    at_calibration = handed["predicted_step_time_ms_at_calibration"]
+    assert handed["predicted_step_time_ms"] == pytest.approx(at_calibration)
+    run = {"record_version": RECORD_VERSION, "status": "ok", "config": config.as_dict(), "step_time_ms_median": 5.0,
+           "prediction": handed, "prediction_error": handed["predicted_step_time_ms"] / 5.0 - 1}
+    out.write_text(json.dumps({**run, "config": {**config.as_dict(), "devices": 4}}) + "\n" + json.dumps(run) + "\n")
+    assert predictor.after_run(config, out, measured=True)
+    other, amended = (json.loads(line) for line in out.read_text().splitlines())
+    drift = (4.0 * 9.0) ** 0.5 / 4.0  # 1.5: both readings' geometric mean, taken out halfway
+    assert amended["prediction"]["predicted_step_time_ms"] == pytest.approx(at_calibration * drift ** 0.5)
+    assert amended["prediction"]["canary_after_ms"] == 9.0 and amended["prediction"]["canary_drift"] == 1.5
+    assert amended["prediction"]["predicted_step_time_ms_before_run"] == pytest.approx(at_calibration)
+    assert amended["prediction_error"] == pytest.approx(at_calibration * drift ** 0.5 / 5.0 - 1)
+    assert "during the run" in " ".join(amended["prediction"]["notes"]) and other["prediction"] == handed
+    assert not predictor.after_run(config, out, measured=True)  # once: nothing handed over is left

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.records import RECORD_VERSION, RecordError, append_record, read_records
+from bench.harness.records import RECORD_VERSION, RecordError, amend_newest, append_record, read_records
 
 
 def test_append_then_read_round_trips(results: Path) -> None:
@@ -43,3 +43,21 @@ def test_another_record_version_is_refused_with_a_clear_message(results: Path) -
 def test_a_missing_file_is_a_record_error(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="cannot read results file"):
         read_records(tmp_path / "absent.jsonl")
+
+
+def test_the_newest_record_is_amended_in_place_and_every_earlier_line_kept_byte_for_byte(results: Path) -> None:
+    for n in (1, 2):
+        append_record(results, {"record_version": RECORD_VERSION, "n": n})
+    earlier = results.read_bytes().splitlines(keepends=True)[0]
+    assert amend_newest(results, lambda r: r["n"] == 2, lambda r: {**r, "amended": True})
+    assert results.read_bytes().startswith(earlier)
+    records, _ = read_records(results)
+    assert [(r["n"], r.get("amended")) for r in records] == [(1, None), (2, True)]
+    # another's newest line, a torn one or no file: nothing written
+    assert not amend_newest(results, lambda r: r["n"] == 1, lambda r: {**r, "n": 9})
+    with results.open("a") as f:
+        f.write('{"record_version": 1, "n": ')
+    torn = results.read_bytes()
+    assert not amend_newest(results, lambda r: True, lambda r: r) and results.read_bytes() == torn
+    assert not amend_newest(results.with_name("none.jsonl"), lambda r: True, lambda r: r)
+    assert not list(results.parent.glob("*.amending"))

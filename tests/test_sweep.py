@@ -128,3 +128,31 @@ def test_a_disturbed_run_is_run_once_more_unless_told_not_to(
     counts = sweep.execute(config, [run])
     assert ran == [run, run] if rerun else ran == [run]
     assert counts["re-run disturbed"] == int(rerun)
+
+
+@pytest.mark.parametrize("status", ["ok", "failed"])
+def test_each_run_s_canary_is_timed_again_once_it_has_ended_and_only_a_measured_run_is_rescored(
+        status: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.experiments import sweep
+    from bench.experiments.grid import SweepConfig, plan
+    from bench.harness.config import RunConfig
+    from bench.harness.launch import ChildOutcome
+    from bench.predict.for_sweep import SweepPredictor
+
+    base = RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "s.jsonl"))
+    (run,) = plan(SweepConfig(strategies=("single",), models=("mlp",), devices=(1,), base=base))
+    order: list[str] = []
+
+    class Predictor(SweepPredictor):
+        def env_for(self, config: RunConfig) -> dict[str, str]:
+            order.append("handed")
+            return {}
+
+        def after_run(self, config: RunConfig, out: Path, measured: bool) -> bool:
+            order.append(f"after, measured={measured}")
+            return False
+
+    monkeypatch.setattr(sweep, "run_child", lambda *_: order.append("ran") or ChildOutcome(status, "", 0.1))
+    sweep._run_once(SweepConfig(strategies=("single",), models=("mlp",), devices=(1,), base=base), run,
+                    tmp_path / "s.jsonl", Predictor())
+    assert order == ["handed", "ran", f"after, measured={status == 'ok'}"]

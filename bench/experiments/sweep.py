@@ -77,6 +77,7 @@ def _run_once(sweep: SweepConfig, run: PlannedRun, out: Path, predictor: SweepPr
     key = run_key(run.config.as_dict())
     rows_before = _rows_for(out, key)
     ended = run_child(run.config, sweep.run_timeout_s, child_log(out, run.label), predictor.env_for(run.config))
+    predictor.after_run(run.config, out, measured=ended.status == "ok")
     if ended.status != "ok":
         log.warning("%s: %s: %s", run.label, ended.status, ended.reason)
         # A child that ran out of memory wrote its own row, with its memory figures.

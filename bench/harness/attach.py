@@ -2,7 +2,8 @@
 
 The sweep predicts each configuration before it starts the child that runs it, and hands the
 prediction over in ``BENCH_PREDICTION`` (JSON); the record then carries it, labelled, with
-``prediction_error`` = predicted / measured - 1 of the step time (signed: positive is pessimistic).
+``prediction_error`` = predicted / measured - 1 of the step time (signed: positive is pessimistic). What the
+sweep learns once the run has ended (its canary again) re-scales the prediction in the record (``rescored``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ PREDICTION_VARIABLE = "BENCH_PREDICTION"
 CARRIED = ("predicted_step_time_ms", "predicted_step_time_ms_interval", "predicted_interval_basis",
            "predicted_samples_per_s", "predicted_compute_ms", "predicted_exposed_comm_ms", "predicted_update_ms",
            "predicted_bubble", "predicted_memory_by_kind", "compute_source", "notes", "predicted_timeline", "fitted",
-           "canary_ms", "canary_drift", "predicted_step_time_ms_at_calibration")
+           "canary_ms", "canary_after_ms", "canary_drift", "predicted_step_time_ms_at_calibration")
 """The prediction record's fields a measured record keeps: the report draws the predicted timeline beside the
 measured one."""
 
@@ -33,3 +34,17 @@ def prediction_fields(measured_step_ms: float) -> dict[str, object]:
     predicted = prediction.get("predicted_step_time_ms")
     error = predicted / measured_step_ms - 1 if predicted and measured_step_ms else None
     return {"prediction": prediction, "prediction_error": error}
+
+
+def rescored(record: dict[str, object], prediction: dict[str, object]) -> dict[str, object]:
+    """A run's ``record`` with ``prediction`` (a record of kind prediction) in place of the one handed over, which
+    is kept as ``predicted_step_time_ms_before_run``, and its ``prediction_error`` again."""
+    handed = record["prediction"]
+    assert isinstance(handed, dict), "rescored takes the record of a run that was handed a prediction"
+    carried = {**{k: prediction.get(k) for k in CARRIED},
+               "predicted_step_time_ms_before_run": handed.get("predicted_step_time_ms")}
+    predicted, measured = carried["predicted_step_time_ms"], record.get("step_time_ms_median")
+    error = None
+    if isinstance(predicted, float | int) and isinstance(measured, float | int) and measured:
+        error = predicted / measured - 1
+    return {**record, "prediction": carried, "prediction_error": error}

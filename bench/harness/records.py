@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,34 @@ def append_record(path: str | Path, record: dict[str, Any]) -> None:
 
 def _ends_with_newline(fd: int) -> bool:
     return os.pread(fd, 1, os.fstat(fd).st_size - 1) == b"\n"
+
+
+def amend_newest(path: str | Path, matches: Callable[[dict[str, Any]], bool],
+                 amend: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+    """Replaces the newest record of ``path`` with ``amend(record)`` where ``matches(record)``; False (and nothing
+    written) where the newest line is another's, or unreadable.
+
+    For what a writer learns only after the record is written (the sweep's canary, timed once the run has
+    ended), where nothing else writes ``path`` meanwhile (a sweep between its runs). The file is written whole to
+    a temporary beside it and renamed over it: a crash leaves the old file or the new one, every earlier line as
+    it was."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    lines = path.read_bytes().splitlines(keepends=True)
+    try:
+        record = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(record, dict) or not matches(record):
+        return False
+    temporary = path.with_name(path.name + ".amending")
+    with temporary.open("wb") as out:
+        out.write(b"".join(lines[:-1]) + (json.dumps(amend(record), sort_keys=True) + "\n").encode())
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    return True
 
 
 @dataclass(frozen=True)

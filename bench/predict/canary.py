@@ -12,12 +12,15 @@ cores': the same step on one thread (a 2-process run's layout) read 21.1-22.5 ms
 
 So the prediction handed to a run is scaled by the drift of its layout's canary, taken halfway (``taken_out``,
 ``corrected``), its figure at calibration kept beside it (``predicted_step_time_ms_at_calibration``); beyond
-``DRIFT_LIMIT`` a note says the machine changed speed since. One ratio for the whole step: the parts that do not
+``DRIFT_LIMIT`` a note says the machine changed speed since. Once the run has ended the sweep times the canary
+again and its record's prediction is scaled by both readings instead (``bracketed``), the one handed over kept
+as ``predicted_step_time_ms_before_run``. One ratio for the whole step: the parts that do not
 compute (a collective's wait, a pipeline's idle time) are assumed to move with the cores that run them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -74,17 +77,36 @@ def canary_layout(global_batch: int, processes: int, microbatches: int) -> tuple
     return threads_per_process(processes), max(1, global_batch // (processes * microbatches))
 
 
-def drift_fields(calibrated: Canary | None, now_ms: float | None) -> tuple[dict[str, object], str]:
-    """The record's canary fields (now, and its ratio to the calibration's), and a note where it moved too far
-    (else empty)."""
+def bracketed(before_ms: float, after_ms: float) -> float:
+    """The canary over a run, from its readings just before and just after it: their geometric mean.
+
+    The 2-core VM's cores switch between speeds for seconds to minutes, within a run as often as between runs
+    (the small transformer's 8 micro-batches of 2 samples on 2 threads, a plain loop in fresh processes: 194-225 ms
+    a step in most, 281-315 in 2 of 8, one process going from 238 to 351 mid-way; no steal time counted by the
+    guest). A reading before the run alone misses a switch during it. Twelve such runs, each between canaries
+    (2 threads, 2 samples): the log spread of run over canary ** 0.5 was 10.0% with the canary before, 6.8% with
+    both (12.4% of the runs alone)."""
+    return math.sqrt(before_ms * after_ms)
+
+
+def drift_fields(calibrated: Canary | None, now_ms: float | None,
+                 after_ms: float | None = None) -> tuple[dict[str, object], str]:
+    """The record's canary fields (before the run, after it where timed, and the ratio of their ``bracketed``
+    reading, else of the one before, to the calibration's), and a note where it moved too far (else empty)."""
     if calibrated is None or now_ms is None:
         return {"canary_ms": now_ms, "canary_drift": None}, "the calibration timed no canary here: drift not measured"
-    drift = now_ms / calibrated.ms
-    note = ""
+    fields: dict[str, object] = {"canary_ms": now_ms}
+    notes = []
+    if after_ms is not None:
+        fields["canary_after_ms"] = after_ms
+        if abs(after_ms / now_ms - 1) > DRIFT_LIMIT:
+            notes.append(f"the canary read {now_ms:.3g} ms before the run and {after_ms:.3g} after it: the "
+                         "machine's speed moved during the run")
+    drift = (now_ms if after_ms is None else bracketed(now_ms, after_ms)) / calibrated.ms
     if abs(drift - 1) > DRIFT_LIMIT:
-        note = (f"the machine ran the canary {drift:.2f}x as long as at calibration (beyond {DRIFT_LIMIT:.0%}): "
-                f"the prediction is scaled by {taken_out(drift):.2f}, that drift taken out halfway")
-    return {"canary_ms": now_ms, "canary_drift": drift}, note
+        notes.append(f"the machine ran the canary {drift:.2f}x as long as at calibration (beyond {DRIFT_LIMIT:.0%}): "
+                     f"the prediction is scaled by {taken_out(drift):.2f}, that drift taken out halfway")
+    return {**fields, "canary_drift": drift}, "; ".join(notes)
 
 
 SCALED = ("predicted_step_time_ms", "predicted_compute_ms", "predicted_exposed_comm_ms", "predicted_update_ms")

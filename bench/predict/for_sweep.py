@@ -12,14 +12,16 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import models
-from bench.harness.attach import handed_over
+from bench.experiments.grid import run_key
+from bench.harness.attach import handed_over, rescored
 from bench.harness.config import RunConfig
 from bench.harness.environment import environment
-from bench.harness.records import read_records
+from bench.harness.records import amend_newest, read_records
 from bench.harness.runner import optimizer_choice
 from bench.predict.calibrate import calibrate, machine_identity
 from bench.predict.calibration import Calibration, Canary
@@ -35,6 +37,16 @@ log = logging.getLogger(__name__)
 LARGEST_MESSAGE = 256 * 2**20
 
 
+@dataclass(frozen=True)
+class Handed:
+    """What a run was handed: its prediction as made (no drift taken out), and its layout's canary at
+    calibration and just before the run."""
+
+    prediction: dict[str, object]
+    calibrated: Canary
+    before_ms: float
+
+
 @dataclass
 class SweepPredictor:
     """Calibrations by (model, preset), and the predictions made from them."""
@@ -43,6 +55,8 @@ class SweepPredictor:
     sources: dict[tuple[str, str], str] = field(default_factory=dict)
     out: Path | None = None
     """The sweep's records: the runs it measured so far widen the next prediction's interval to their errors."""
+    handed: dict[str, Handed] = field(default_factory=dict)
+    """By run key, what the runs not yet ended were handed: ``after_run`` times their canary again."""
 
     def env_for(self, config: RunConfig) -> dict[str, str]:
         """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
@@ -57,12 +71,27 @@ class SweepPredictor:
             log.warning("%s on %d device(s): not predicted: %s", config.strategy, config.run.devices, exc)
             return {}
         # Timed here, just before the run starts: how far the machine moved since it was calibrated.
-        canary, note = drift_fields(*self._canary(calibration, config))
-        notes = record["notes"]
-        assert isinstance(notes, list)
-        drift = canary["canary_drift"]
-        return handed_over({**corrected(record, taken_out(drift) if isinstance(drift, float) else None), **canary,
-                            "notes": [*notes, *([note] if note else [])]})
+        calibrated, before = self._canary(calibration, config)
+        if calibrated is not None and before is not None:
+            self.handed[run_key(config.as_dict())] = Handed(record, calibrated, before)
+        return handed_over(drift_taken_out(record, calibrated, before))
+
+    def after_run(self, config: RunConfig, out: Path, measured: bool) -> bool:
+        """Times the canary of ``config``'s run again now that it has ended, and amends its record in ``out``: the
+        prediction scaled by the canary before and after it (``canary.bracketed``). False where nothing was
+        amended (not ``measured``, no prediction or canary handed over, the newest record not this run's)."""
+        key = run_key(config.as_dict())
+        handed = self.handed.pop(key, None)
+        if handed is None or not measured:
+            return False
+        after = self._timed(config, handed.calibrated)
+        prediction = drift_taken_out(handed.prediction, handed.calibrated, handed.before_ms, after)
+
+        def this_run(record: dict[str, Any]) -> bool:
+            return (record.get("status") == "ok" and isinstance(record.get("prediction"), dict)
+                    and isinstance(record.get("config"), dict) and run_key(record["config"]) == key)
+
+        return amend_newest(out, this_run, lambda record: rescored(record, prediction))
 
     def _canary(self, calibration: Calibration, config: RunConfig) -> tuple[Canary | None, float | None]:
         """The calibration's canary of ``config``'s layout (one pass of one of its processes: as many as its
@@ -72,17 +101,18 @@ class SweepPredictor:
                                                              config.split.microbatches))
         if calibrated is None:
             return None, None
+        timed = self._timed(config, calibrated)
+        if abs(timed / calibrated.ms - 1) > DRIFT_LIMIT:  # timed again: a burst of other work passes, a shift stays
+            timed = min(timed, self._timed(config, calibrated))
+        return calibrated, timed
+
+    @staticmethod
+    def _timed(config: RunConfig, calibrated: Canary) -> float:
+        """``calibrated``'s canary step timed now, for ``config``'s model."""
         make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
                                       config.workload.norm)
         device = torch.device("cuda" if config.run.accelerator == "cuda" else "cpu")
-
-        def now() -> float:
-            return canary_ms(make_spec, calibrated.batch, calibrated.threads, optimizer_choice(config).build, device)
-
-        timed = now()
-        if abs(timed / calibrated.ms - 1) > DRIFT_LIMIT:  # timed again: a burst of other work passes, a shift stays
-            timed = min(timed, now())
-        return calibrated, timed
+        return canary_ms(make_spec, calibrated.batch, calibrated.threads, optimizer_choice(config).build, device)
 
     def _held_out_errors(self, key: tuple[str, str], strategy: str) -> HeldOutErrors | None:
         """What this calibration's earlier predictions (of ``strategy`` where there are enough) missed by, on the
@@ -91,6 +121,17 @@ class SweepPredictor:
             return None
         records = read_records(self.out)[0] if self.out.exists() else []
         return held_out_errors(records, self.sources[key], strategy)
+
+
+def drift_taken_out(prediction: dict[str, object], calibrated: Canary | None, before_ms: float | None,
+                    after_ms: float | None = None) -> dict[str, object]:
+    """``prediction`` scaled by its canary's drift (``canary.taken_out``), the canary's fields and note added."""
+    canary, note = drift_fields(calibrated, before_ms, after_ms)
+    notes = prediction["notes"]
+    assert isinstance(notes, list)
+    drift = canary["canary_drift"]
+    return {**corrected(prediction, taken_out(drift) if isinstance(drift, float) else None), **canary,
+            "notes": [*notes, *([note] if note else [])]}
 
 
 def check_calibration_choice(choice: str) -> None:
