@@ -80,12 +80,12 @@ def canary_layout(global_batch: int, processes: int, microbatches: int) -> tuple
 def bracketed(before_ms: float, after_ms: float) -> float:
     """The canary over a run, from its readings just before and just after it: their geometric mean.
 
-    The 2-core VM's cores switch between speeds for seconds to minutes, within a run as often as between runs
-    (the small transformer's 8 micro-batches of 2 samples on 2 threads, a plain loop in fresh processes: 194-225 ms
-    a step in most, 281-315 in 2 of 8, one process going from 238 to 351 mid-way; no steal time counted by the
-    guest). A reading before the run alone misses a switch during it. Twelve such runs, each between canaries
-    (2 threads, 2 samples): the log spread of run over canary ** 0.5 was 10.0% with the canary before, 6.8% with
-    both (12.4% of the runs alone)."""
+    The 2-core VM's cores switch between speeds within a run as often as between runs: the small transformer's 8
+    micro-batches of 2 samples on 2 threads, a plain loop in fresh processes with the suite's allocator setting,
+    took 195-232 ms a step in 9 of 12 and 305-311 in 3. Each of those runs between two canaries of its layout: the
+    log spread of run over canary ** 0.5 was 16.1% with the canary before, 13.2% with both (16.7% of the runs
+    alone); twelve earlier such runs without the allocator setting: 10.0% and 6.8% (12.4%). Over a quieter target
+    sweep it made no difference beyond the noise (docs/predictor.md, "The canary timed after the run too")."""
     return math.sqrt(before_ms * after_ms)
 
 
