@@ -9,6 +9,7 @@ when it was taken on this machine for this model, and calibrates first otherwise
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any
 import torch
 
 import models
-from bench.experiments.grid import run_key
 from bench.harness.attach import handed_over, rescored
 from bench.harness.config import RunConfig
 from bench.harness.environment import environment
@@ -55,8 +55,8 @@ class SweepPredictor:
     sources: dict[tuple[str, str], str] = field(default_factory=dict)
     out: Path | None = None
     """The sweep's records: the runs it measured so far widen the next prediction's interval to their errors."""
-    handed: dict[str, Handed] = field(default_factory=dict)
-    """By run key, what the runs not yet ended were handed: ``after_run`` times their canary again."""
+    handed: dict[RunConfig, Handed] = field(default_factory=dict)
+    """What the runs not yet ended were handed, by configuration: ``after_run`` times their canary again."""
 
     def env_for(self, config: RunConfig) -> dict[str, str]:
         """The environment entry that hands ``config``'s prediction to its run; empty where none is made."""
@@ -73,23 +73,24 @@ class SweepPredictor:
         # Timed here, just before the run starts: how far the machine moved since it was calibrated.
         calibrated, before = self._canary(calibration, config)
         if calibrated is not None and before is not None:
-            self.handed[run_key(config.as_dict())] = Handed(record, calibrated, before)
+            self.handed[config] = Handed(record, calibrated, before)
         return handed_over(drift_taken_out(record, calibrated, before))
 
     def after_run(self, config: RunConfig, out: Path, measured: bool) -> bool:
         """Times the canary of ``config``'s run again now that it has ended, and amends its record in ``out``: the
         prediction scaled by the canary before and after it (``canary.bracketed``). False where nothing was
         amended (not ``measured``, no prediction or canary handed over, the newest record not this run's)."""
-        key = run_key(config.as_dict())
-        handed = self.handed.pop(key, None)
+        handed = self.handed.pop(config, None)
         if handed is None or not measured:
             return False
         after = self._timed(config, handed.calibrated)
         prediction = drift_taken_out(handed.prediction, handed.calibrated, handed.before_ms, after)
 
+        as_json = json.dumps(config.as_dict(), sort_keys=True)  # a record's lists were the config's tuples
+
         def this_run(record: dict[str, Any]) -> bool:
             return (record.get("status") == "ok" and isinstance(record.get("prediction"), dict)
-                    and isinstance(record.get("config"), dict) and run_key(record["config"]) == key)
+                    and json.dumps(record.get("config"), sort_keys=True) == as_json)
 
         return amend_newest(out, this_run, lambda record: rescored(record, prediction))
 
