@@ -31,9 +31,8 @@ def prediction_fields(measured_step_ms: float) -> dict[str, object]:
     if not text:
         return {}
     prediction = json.loads(text)
-    predicted = prediction.get("predicted_step_time_ms")
-    error = predicted / measured_step_ms - 1 if predicted and measured_step_ms else None
-    return {"prediction": prediction, "prediction_error": error}
+    return {"prediction": prediction,
+            "prediction_error": signed_error(prediction.get("predicted_step_time_ms"), measured_step_ms)}
 
 
 def rescored(record: dict[str, object], prediction: dict[str, object]) -> dict[str, object]:
@@ -43,8 +42,12 @@ def rescored(record: dict[str, object], prediction: dict[str, object]) -> dict[s
     assert isinstance(handed, dict), "rescored takes the record of a run that was handed a prediction"
     carried = {**{k: prediction.get(k) for k in CARRIED},
                "predicted_step_time_ms_before_run": handed.get("predicted_step_time_ms")}
-    predicted, measured = carried["predicted_step_time_ms"], record.get("step_time_ms_median")
-    error = None
-    if isinstance(predicted, float | int) and isinstance(measured, float | int) and measured:
-        error = predicted / measured - 1
+    error = signed_error(carried["predicted_step_time_ms"], record.get("step_time_ms_median"))
     return {**record, "prediction": carried, "prediction_error": error}
+
+
+def signed_error(predicted: object, measured: object) -> float | None:
+    """predicted / measured - 1 (positive: pessimistic); None where either is missing or nought."""
+    if isinstance(predicted, float | int) and isinstance(measured, float | int) and predicted and measured:
+        return predicted / measured - 1
+    return None
