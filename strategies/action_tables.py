@@ -18,7 +18,7 @@ loops they run.
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from strategies.schedules import ScheduleInfo, stages_of_rank
@@ -209,3 +209,29 @@ def theoretical_bubble(info: ScheduleInfo, ranks: int, microbatches: int, stages
     if ranks == 1 and stages_per_rank == 1:
         return 0.0
     return simulated_bubble(simulate(action_table(info, ranks, stages_per_rank, microbatches)))
+
+
+def ranks_at_work(spans: Sequence[SimulatedSpan], before: Callable[[Action], float] = lambda action: 0.0
+                  ) -> dict[Action, float]:
+    """How many ranks work on average while each span and the work ``before`` it on its rank run, itself included
+    (1 where both are empty): work in a span, or before one (the schedule's own, between the actions: CPU work too).
+
+    Counted in spans alone, a 1F1B step on 4 ranks of 2 cores came out short of the measured (the small mlp at m = 8
+    by a mean 18.8% over nine target sweeps) while its ranks' processes used 14-32 ms of CPU a step outside their
+    spans (process time against span time, 1F1B and GPipe at m = 8): the others' schedules slow a span too.
+
+    One sweep over the spans' ends (the integral of the number at work, read at each span's start and end)
+    rather than each span against every other: a plan prices thousands of long schedules."""
+    starts = {s.action: s.start - before(s.action) for s in spans}
+    change: dict[float, int] = {}
+    for s in spans:
+        if s.end > starts[s.action]:
+            change[starts[s.action]] = change.get(starts[s.action], 0) + 1
+            change[s.end] = change.get(s.end, 0) - 1
+    integral: dict[float, float] = {}
+    area, at_work, previous = 0.0, 0, 0.0
+    for t in sorted(change):
+        area += at_work * (t - previous)
+        integral[t], at_work, previous = area, at_work + change[t], t
+    return {s.action: (integral[s.end] - integral[starts[s.action]]) / (s.end - starts[s.action])
+            if s.end > starts[s.action] else 1.0 for s in spans}

@@ -191,6 +191,15 @@ class CostModel:
         ``microbatches``); None where it has none on that many."""
         return {} if self.residual else None
 
+    def reference_variants(self, ranks: int, microbatches: int) -> dict[str, dict[str, int | str]]:
+        """Further reference runs on ``ranks`` processes, by name, each with its options beyond the defaults: runs
+        whose residual its ``fitted_terms`` names apart (pp's interleaved schedules); none by default."""
+        return {}
+
+    def fitted_terms(self, scenario: Scenario) -> tuple[str | None, str | None]:
+        """The runtime terms a reference run of ``scenario`` fits: ``residual`` and ``idle_residual``."""
+        return self.residual, self.idle_residual
+
 
 def whole_pass(blocks: Sequence[BlockCosts], ids: Sequence[int] | range, samples: float) -> tuple[float, float]:
     """Forward and backward milliseconds of blocks ``ids`` at ``samples``."""

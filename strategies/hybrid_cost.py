@@ -94,6 +94,12 @@ class HybridCost(PipelineCost):
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return 1
 
+    def reference_variants(self, ranks: int, microbatches: int) -> dict[str, dict[str, int | str]]:
+        return {}
+
+    def fitted_terms(self, scenario: Scenario) -> tuple[str | None, str | None]:
+        return self.residual, None
+
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         if ranks < 4 or ranks % 2:  # 2 replicas of a pipeline of at least 2 stages
             return None

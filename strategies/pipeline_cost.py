@@ -16,6 +16,7 @@ from strategies.action_tables import (
     ActionTable,
     SimulatedSpan,
     action_table,
+    ranks_at_work,
     simulate,
     staggered_bubble,
 )
@@ -25,6 +26,7 @@ from strategies.cost_model import (
     BlockCosts,
     CostModel,
     CostSource,
+    RuntimeOverheads,
     Scenario,
     StepPrediction,
     own_overhead,
@@ -79,38 +81,21 @@ def largest_stage(blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
     return best
 
 
-def ranks_at_work(spans: Sequence[SimulatedSpan], before: Callable[[Action], float] = lambda action: 0.0
-                  ) -> dict[Action, float]:
-    """How many ranks work on average while each span and the work ``before`` it on its rank run, itself included
-    (1 where both are empty): work in a span, or before one (the schedule's own, between the actions: CPU work too).
-
-    Counted in spans alone, a 1F1B step on 4 ranks of 2 cores came out short of the measured (the small mlp at m = 8
-    by a mean 18.8% over nine target sweeps) while its ranks' processes used 14-32 ms of CPU a step outside their
-    spans (process time against span time, 1F1B and GPipe at m = 8): the others' schedules slow a span too.
-
-    One sweep over the spans' ends (the integral of the number at work, read at each span's start and end)
-    rather than each span against every other: a plan prices thousands of long schedules."""
-    starts = {s.action: s.start - before(s.action) for s in spans}
-    change: dict[float, int] = {}
-    for s in spans:
-        if s.end > starts[s.action]:
-            change[starts[s.action]] = change.get(starts[s.action], 0) + 1
-            change[s.end] = change.get(s.end, 0) - 1
-    integral: dict[float, float] = {}
-    area, at_work, previous = 0.0, 0, 0.0
-    for t in sorted(change):
-        area += at_work * (t - previous)
-        integral[t], at_work, previous = area, at_work + change[t], t
-    return {s.action: (integral[s.end] - integral[starts[s.action]]) / (s.end - starts[s.action])
-            if s.end > starts[s.action] else 1.0 for s in spans}
-
-
 STAGGER_ROUNDS = 3
 """Rounds of ``PipelineCost._staggered_bubble``'s starts and ends."""
 PP_IDLE = "pp_idle_per_action"
 """The milliseconds of pp's per-action residual a rank spends between its actions (the schedule's own work: posting
 receives, waking on them), at least zero; the rest of the residual is inside the actions, below zero where they run
 quicker than their blocks timed alone."""
+INTERLEAVED, INTERLEAVED_IDLE = "pp_interleaved_per_action", "pp_interleaved_idle_per_action"
+"""The two terms above as a reference run of several stages a rank fits them (``INTERLEAVED_REFERENCE``), read by
+the schedules that run several a rank where measured. From the one-stage runs, the small cnn's interleaved-1f1b at
+2 ranks came out 18-33% short in three target sweeps in a row (its GPipe and 1F1B within 17%): its one-stage
+residual was -1.9 and -3.2 ms an action in two (its 512-channel blocks' backward timed alone longer than in the
+runs, spread over every action: interleaved pays it on twice the actions); in the third (+0.5 ms) the second
+rank's two weight-heavy stages ran slower beside each other than anything in a one-stage run does."""
+INTERLEAVED_REFERENCE: dict[str, int | str] = {"schedule": "interleaved-1f1b", "stages_per_rank": 2}
+"""The options of pp's interleaved reference run (with the reference micro-batches)."""
 
 
 class PipelineCost(CostModel):
@@ -125,6 +110,20 @@ class PipelineCost(CostModel):
 
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         return {"microbatches": microbatches}
+
+    def reference_variants(self, ranks: int, microbatches: int) -> dict[str, dict[str, int | str]]:
+        return {"interleaved": {"microbatches": microbatches, **INTERLEAVED_REFERENCE}}
+
+    def fitted_terms(self, scenario: Scenario) -> tuple[str | None, str | None]:
+        return (INTERLEAVED, INTERLEAVED_IDLE) if scenario.stages_per_rank > 1 else (self.residual, self.idle_residual)
+
+    @staticmethod
+    def action_terms(runtime: RuntimeOverheads, stages_per_rank: int) -> tuple[float, float]:
+        """The per-action residual and its part between the actions for a schedule of ``stages_per_rank`` stages a
+        rank: the interleaved reference run's where it ran (a model of too few blocks for it has none), else pp's."""
+        if stages_per_rank > 1 and INTERLEAVED in runtime:
+            return runtime[INTERLEAVED], runtime[INTERLEAVED_IDLE]
+        return runtime[PipelineCost.residual], runtime[PP_IDLE]
 
     def batch_share(self, scenario: Scenario) -> float:
         return 1 / self.replicas(scenario)
@@ -153,9 +152,10 @@ class PipelineCost(CostModel):
         return {}
 
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
-        # F and B of each micro-batch on each stage of a one-stage-per-rank pipeline: 2 (m + p - 1) clock
-        # cycles' actions on the longest rank
-        return 2 * (scenario.microbatches + scenario.devices // self.replicas(scenario) - 1)
+        # F and B of each micro-batch on each of a rank's v stages: 2 (m v + p - 1) clock cycles' actions on the
+        # longest rank
+        ranks = scenario.devices // self.replicas(scenario)
+        return 2 * (scenario.microbatches * scenario.stages_per_rank + ranks - 1)
 
     def memory(self, blocks: Sequence[BlockCosts], scenario: Scenario, states: int,
                gathered_bytes: int = FP32) -> dict[str, int]:
@@ -191,12 +191,12 @@ class PipelineCost(CostModel):
         # part that grows with the work is read at a v-th of the samples (its part per action: the line's start).
         # Read at the micro-batch, the twelfth target sweep's cnn interleaved at 2 ranks came out 55% short, 47% so.
         runtime = costs.runtime_for(scenario.devices, samples / v * REFERENCE_MICROBATCHES)
-        per_action = runtime[PipelineCost.residual]
+        per_action, idle = self.action_terms(runtime, v)
         # of which the rank spends this much between its actions, outside their spans (into the bubble), whatever
         # the sign of the rest: on the small cnn at 2 ranks the actions ran quicker than their blocks timed alone
         # (a residual of -0.09 ms) while the ranks still waited between them; capped at the residual, the gaps
         # came out nil and the two-stage schedules' idle time half the measured (docs/predictor.md)
-        between = max(0.0, runtime[PP_IDLE])
+        between = max(0.0, idle)
         slows: dict[Action, float] = {}
 
         def gap(action: Action) -> float:

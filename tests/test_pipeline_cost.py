@@ -89,8 +89,7 @@ def test_stages_follow_the_balance_rule() -> None:
 
 
 def test_an_action_computes_at_the_slowdown_of_the_ranks_at_work_beside_it() -> None:
-    from strategies.action_tables import Action, SimulatedSpan, action_table, simulate
-    from strategies.pipeline_cost import ranks_at_work
+    from strategies.action_tables import Action, SimulatedSpan, action_table, ranks_at_work, simulate
     from strategies.schedules import available_schedules, schedule_info
 
     alone = SimulatedSpan(0, Action(0, "F", 0), 0.0, 2.0)
@@ -163,6 +162,29 @@ def test_the_residual_spent_between_actions_holds_the_rank_outside_their_spans()
     assert inside.bubble == pytest.approx(1 - m * 4.0 / step.step_ms)
     assert step.compute_ms == pytest.approx(inside.compute_ms)  # the breakdown keeps the residual where it was
 
+
+
+def test_several_stages_a_rank_take_the_interleaved_reference_runs_residual_where_it_ran() -> None:
+    # The one-stage reference runs' residual spreads what they miss over their actions; a schedule of several
+    # stages a rank has more, smaller actions, and takes the residual an interleaved reference run fitted instead.
+    from strategies.cost_model import RuntimeOverheads
+
+    p, m = 2, 4
+    free = equal_blocks(2 * p)
+    interleaved = Scenario("pp", p, 8 * m, microbatches=m, schedule="interleaved-1f1b", stages_per_rank=2)
+    one_stage = Scenario("pp", p, 8 * m, microbatches=m, schedule="1f1b")
+    pp_only = free.with_runtime(2, RuntimeOverheads(pp_per_action=-0.5))
+    both = free.with_runtime(2, RuntimeOverheads(pp_per_action=-0.5, pp_interleaved_per_action=0.25))
+
+    def durations(calibration: Calibration, scenario: Scenario) -> set[float]:
+        return {round(s.end - s.start, 9) for s in predict_step(calibration, scenario, 1).timeline}
+
+    assert durations(pp_only, interleaved) == {0.5, 1.5}  # 1 ms forwards and 2 ms backwards, pp's -0.5 each
+    assert durations(both, interleaved) == {1.25, 2.25}
+    assert durations(both, one_stage) == durations(pp_only, one_stage) == {1.5, 3.5}  # 2 blocks a stage, pp's
+    with_gap = free.with_runtime(2, RuntimeOverheads(pp_interleaved_per_action=0.25,
+                                                     pp_interleaved_idle_per_action=0.25))
+    assert durations(with_gap, interleaved) == {1.0, 2.0}  # all of it between the actions
 
 
 @pytest.mark.parametrize(("m", "replicas"), [(8, 1), (4, 1), (4, 2)])

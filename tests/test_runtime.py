@@ -24,7 +24,7 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
                                               accelerator="cpu"))
     configs = reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2)
-    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "mp"}
+    assert set(configs) == {"ddp", "zero1", "fsdp", "tp", "pp", "pp/interleaved", "mp"}
     assert {c.workload.model for c in configs.values()} == {"mlp"}
     assert configs["pp"].split.microbatches == configs["mp"].split.microbatches == REFERENCE_MICROBATCHES
     calibration = equal_blocks(5, curves={**FREE, "all_reduce": Curve([(1, 0.5), (2**30, 0.5)])})
@@ -33,8 +33,10 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     # Each run took its prediction plus a known runtime cost: 2 ms per ddp step (zero1 pays it too, and 1.5
     # more of its own), 1 ms per fsdp block, 0.5 per tp layer, 0.25 per pp action on the critical path,
     # 0.75 per mp micro-batch.
+    interleaved = calibration.with_runtime(2, RuntimeOverheads(pp_interleaved_per_action=0.4))
     measured = {"ddp": predicted["ddp"] + 2.0, "zero1": predicted["zero1"] + 3.5, "fsdp": predicted["fsdp"] + 5.0,
                 "tp": predicted["tp"] + 0.5 * layers, "pp": predicted["pp"] + 0.25 * 2 * (REFERENCE_MICROBATCHES + 1),
+                "pp/interleaved": predict_step(interleaved, scenario_for(configs["pp/interleaved"]), 1).step_ms,
                 "mp": predicted["mp"] + 0.75 * REFERENCE_MICROBATCHES}
     found = residuals(calibration, 2, configs, measured)
     assert found["ddp_per_step"] == pytest.approx(2.0)
@@ -42,6 +44,9 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     assert found["fsdp_per_block"] == pytest.approx(1.0)
     assert found["tp_per_layer"] == pytest.approx(0.5)
     assert found["pp_per_action"] == pytest.approx(0.25)
+    # the interleaved reference run (2 stages a rank) fits its own term, not pp's
+    assert configs["pp/interleaved"].pipeline.stages_per_rank == 2
+    assert found["pp_interleaved_per_action"] == pytest.approx(0.4, abs=1e-3)
     assert found["mp_per_microbatch"] == pytest.approx(0.75)
     # Unclamped: a run quicker than its cost model says gives a term below zero (the line through two batches
     # needs both as measured); a strategy the model cannot run has no reference and costs nothing.
@@ -49,6 +54,8 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
     assert quick["ddp_per_step"] == pytest.approx(-1.0) and quick["tp_per_layer"] == 0.0
     assert "tp" not in reference_configs(calibrated.with_flags(model="cnn", preset="tiny"),
                                          str(tmp_path / "reference.jsonl"), 2)
+    # 8 stages on 4 ranks: more than the tiny mlp's 5 blocks, so no interleaved reference run there
+    assert "pp/interleaved" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
 
 
 def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:

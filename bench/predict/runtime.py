@@ -138,14 +138,32 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int,
     configs = {}
     for name in predicted_strategies():
         # flags by name, which mypy cannot match to their sections: with_flags and resolve check them
-        extra: dict[str, Any] | None = cost_model(name).reference_options(ranks, REFERENCE_MICROBATCHES)
+        model = cost_model(name)
+        extra: dict[str, Any] | None = model.reference_options(ranks, REFERENCE_MICROBATCHES)
         if extra is None or strategy_class(name).min_devices > ranks:
             continue
-        try:
-            configs[name] = resolve(base.with_flags(strategy=name, **extra))
-        except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than ranks): never predicted
-            continue
+        variants: dict[str, dict[str, Any]] = {name: extra, **{
+            variant_name(name, variant): options
+            for variant, options in model.reference_variants(ranks, REFERENCE_MICROBATCHES).items()}}
+        for reference, options in variants.items():
+            try:
+                configs[reference] = resolve(base.with_flags(strategy=name, **options))
+            except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than stages): never predicted
+                continue
     return configs
+
+
+VARIANT = "/"
+"""Between a strategy's name and its reference variant's (``CostModel.reference_variants``): ``pp/interleaved``."""
+
+
+def variant_name(strategy: str, variant: str) -> str:
+    return strategy + VARIANT + variant
+
+
+def strategy_of(reference: str) -> str:
+    """The strategy a reference run's name (``variant_name``) runs."""
+    return reference.partition(VARIANT)[0]
 
 
 def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig],
@@ -157,12 +175,13 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
 
     found = RuntimeOverheads()
     for name, config in configs.items():
-        model = cost_model(name)
-        if name not in step_ms or model.residual is None:
+        model, scenario = cost_model(strategy_of(name)), scenario_for(config)
+        residual, idle = model.fitted_terms(scenario)
+        if name not in step_ms or residual is None:
             continue
-        bubble = step_ms.get(bubble_key(name)) if model.idle_residual else None
-        found = _fitted(calibration, ranks, found, model, scenario_for(config),
-                        optimizer_states(config.workload.optimizer), step_ms[name], bubble)
+        bubble = step_ms.get(bubble_key(name)) if idle else None
+        found = _fitted(calibration, ranks, found, model, scenario, optimizer_states(config.workload.optimizer),
+                        step_ms[name], bubble)
     return found
 
 
@@ -170,7 +189,8 @@ def _fitted(calibration: Calibration, ranks: int, found: RuntimeOverheads, model
             states: int, measured: float, bubble: float | None) -> RuntimeOverheads:
     """``found`` with ``model``'s residual, and the part of it spent between the actions where its reference run
     measured its ``bubble``."""
-    residual_term, idle_term = str(model.residual), model.idle_residual
+    fitted_term, idle_term = model.fitted_terms(scenario)
+    residual_term = str(fitted_term)
     units = max(1, model.runtime_units(scenario, len(calibration.blocks(1))))
 
     def with_terms(residual: float, gap: float) -> RuntimeOverheads:
