@@ -6,6 +6,7 @@ Chromium, its driver or selenium is missing (`.ci/run` installs them)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -40,7 +41,14 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "report.html"
 
 
-def _browser(width: int, height: int) -> object:
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Chromium's temporary files (its profile's singleton socket folder): pytest's to remove, not left in /tmp
+    (a hundred such folders after a day of test runs)."""
+    return tmp_path_factory.mktemp("chromium")
+
+
+def _browser(width: int, height: int, scratch: Path) -> object:
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
@@ -49,12 +57,13 @@ def _browser(width: int, height: int) -> object:
                  f"--window-size={width},{height}"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(DRIVER), options=options)
+    options.add_argument(f"--user-data-dir={scratch / f'profile-{width}'}")
+    return webdriver.Chrome(service=Service(DRIVER, env={**os.environ, "TMPDIR": str(scratch)}), options=options)
 
 
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
-def test_the_report_reads_in_a_browser(page: Path, width: int, height: int) -> None:
-    browser = _browser(width, height)
+def test_the_report_reads_in_a_browser(page: Path, scratch: Path, width: int, height: int) -> None:
+    browser = _browser(width, height, scratch)
     try:
         browser.set_window_size(width, height)
         browser.get(page.as_uri())
