@@ -51,3 +51,28 @@ def test_a_plain_step_whose_repeats_stray_far_is_timed_again_and_the_steadiest_k
     kept = steady_step_ms(None, 16, None, None, 5, timed=wild)  # type: ignore[arg-type]
     assert len(calls) == STEP_TRIES and kept == [10.0, 10.0, 25.0, 30.0, 36.0]
     assert "in every try; its steadiest is kept" in caplog.text
+
+
+def test_the_compute_timed_twice_keeps_each_blocks_quicker_timing_and_the_plain_step_as_measured() -> None:
+    # A slow spell that took the second block at batch 8 in the first timing and the first block at batch 2 in the
+    # second: each point keeps the quicker; the plain step keeps the quicker of its two, the overhead what it
+    # spends beyond the merged blocks and the update.
+    from bench.predict.calibration import BlockCost, ComputeCosts, Line
+    from bench.predict.compute import plain_step_ms, quicker
+
+    def costs(first: list[tuple[float, float]], second: list[tuple[float, float]], overhead: float) -> ComputeCosts:
+        blocks = [BlockCost(Line.fit(f), Line.fit([(n, 2 * t) for n, t in f]), 10, 4.0, 4.0) for f in (first, second)]
+        return ComputeCosts(blocks, 0.01, Line.fit([(2, overhead), (8, overhead)]))
+
+    slow_later = costs([(2, 1.0), (8, 3.0)], [(2, 1.0), (8, 6.0)], 0.5)
+    slow_first = costs([(2, 1.6), (8, 3.0)], [(2, 1.0), (8, 4.0)], 10.0)  # its plain steps slow throughout
+    merged = quicker(slow_later, slow_first)
+    assert merged.blocks[0].forward_ms.points == ((2, 1.0), (8, 3.0))
+    assert merged.blocks[1].forward_ms.points == ((2, 1.0), (8, 4.0))
+    assert merged.blocks[1].backward_ms.at(8) == pytest.approx(8.0)
+    for n in (2, 8):
+        measured = min(plain_step_ms(slow_later, n), plain_step_ms(slow_first, n))
+        assert plain_step_ms(merged, n) == pytest.approx(measured)
+    # the first timing's plain step at 8 (27.7 ms) over blocks 6 ms quicker (block 1's forward by 2, backward by 4)
+    assert merged.step_overhead_ms.at(8) == pytest.approx(0.5 + 3 * (6.0 - 4.0))
+    assert quicker(slow_later, slow_later) == slow_later

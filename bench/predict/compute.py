@@ -9,6 +9,7 @@ the sizes measured).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 from collections.abc import Callable, Sequence
@@ -143,6 +144,36 @@ def compute_costs(
         (n, statistics.median(steps[n]) - update - sum(f + b for f, b in per_batch[n])) for n in batches]
     spread = max(half_range(times) for times in steps.values())
     return ComputeCosts(blocks, per_parameter, Line.fit(overhead), copy_ms_per_byte(device, repeats), spread)
+
+
+def quicker(first: ComputeCosts, again: ComputeCosts) -> ComputeCosts:
+    """``first`` with each block's times at each batch (forward, backward and its split) the quicker of its two
+    timings, ``again`` taken minutes later, and the plain step the quicker of its two, its overhead what that step
+    spends beyond the blocks and the update. The VM's cores slow the weight-heavy blocks for minutes at a time and
+    noise only adds time: the small cnn's second 512-channel block took 13.66 ms a backward at 8 samples on one
+    thread in a target sweep's calibration, 8.0-8.3 forty minutes later along the same path; `bench calibrate`'s
+    read 8.68, then 10.01 three minutes later, while its runs' stages met the quicker."""
+
+    def lower(mine: Line | None, theirs: Line | None) -> Line | None:
+        if mine is None or theirs is None:
+            return mine
+        other = dict(theirs.points)
+        return Line.fit([(n, min(ms, other.get(n, ms))) for n, ms in mine.points])
+
+    def both(mine: Line, theirs: Line) -> Line:
+        return lower(mine, theirs) or mine
+
+    blocks = [dataclasses.replace(a, forward_ms=both(a.forward_ms, b.forward_ms),
+                                  backward_ms=both(a.backward_ms, b.backward_ms),
+                                  backward_input_ms=lower(a.backward_input_ms, b.backward_input_ms),
+                                  backward_weight_ms=lower(a.backward_weight_ms, b.backward_weight_ms))
+              for a, b in zip(first.blocks, again.blocks, strict=True)]
+    update = first.optimizer_ms_per_parameter * sum(b.parameters for b in blocks)
+    overhead = [(n, min(plain_step_ms(first, int(n)), plain_step_ms(again, int(n))) - update
+                 - sum(b.forward_ms.at(n) + b.backward_ms.at(n) for b in blocks))
+                for n, _ in first.step_overhead_ms.points]
+    return dataclasses.replace(first, blocks=blocks, step_overhead_ms=Line.fit(overhead) if overhead
+                               else first.step_overhead_ms)
 
 
 STEP_SPREAD_LIMIT, STEP_TRIES = 0.5, 3
