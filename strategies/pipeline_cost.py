@@ -26,7 +26,6 @@ from strategies.cost_model import (
     BlockCosts,
     CostModel,
     CostSource,
-    RuntimeOverheads,
     Scenario,
     StepPrediction,
     own_overhead,
@@ -88,14 +87,12 @@ PP_IDLE = "pp_idle_per_action"
 receives, waking on them), at least zero; the rest of the residual is inside the actions, below zero where they run
 quicker than their blocks timed alone."""
 INTERLEAVED, INTERLEAVED_IDLE = "pp_interleaved_per_action", "pp_interleaved_idle_per_action"
-"""The two terms above as a reference run of several stages a rank fits them (``INTERLEAVED_REFERENCE``), read by
-the schedules that run several a rank where measured. From the one-stage runs, the small cnn's interleaved-1f1b at
-2 ranks came out 18-33% short in three target sweeps in a row (its GPipe and 1F1B within 17%): its one-stage
-residual was -1.9 and -3.2 ms an action in two (its 512-channel blocks' backward timed alone longer than in the
-runs, spread over every action: interleaved pays it on twice the actions); in the third (+0.5 ms) the second
-rank's two weight-heavy stages ran slower beside each other than anything in a one-stage run does."""
-INTERLEAVED_REFERENCE: dict[str, int | str] = {"schedule": "interleaved-1f1b", "stages_per_rank": 2}
-"""The options of pp's interleaved reference run (with the reference micro-batches)."""
+"""The two terms above as a reference run of several stages a rank fits them (``INTERLEAVED_REFERENCE``). From the
+one-stage runs, the small cnn's interleaved-1f1b at 2 ranks came out 18-33% short in three target sweeps in a row:
+the one-stage residual was -1.9 and -3.2 ms an action in two (its 512-channel blocks' backward timed longer than
+in the runs, spread over every action: interleaved has twice the actions); in the third (+0.5 ms) the second rank's
+two weight-heavy stages ran slower beside each other than anything in a one-stage run does."""
+INTERLEAVED_REFERENCE: dict[str, int | str] = {"schedule": "interleaved-1f1b", "stages_per_rank": 2}  # its options
 
 
 class PipelineCost(CostModel):
@@ -118,11 +115,15 @@ class PipelineCost(CostModel):
         return (INTERLEAVED, INTERLEAVED_IDLE) if scenario.stages_per_rank > 1 else (self.residual, self.idle_residual)
 
     @staticmethod
-    def action_terms(runtime: RuntimeOverheads, stages_per_rank: int) -> tuple[float, float]:
-        """The per-action residual and its part between the actions for a schedule of ``stages_per_rank`` stages a
-        rank: the interleaved reference run's where it ran (a model of too few blocks for it has none), else pp's."""
-        if stages_per_rank > 1 and INTERLEAVED in runtime:
-            return runtime[INTERLEAVED], runtime[INTERLEAVED_IDLE]
+    def action_terms(costs: CostSource, ranks: int, global_batch: float, stages_per_rank: int) -> tuple[float, float]:
+        """The per-action residual and its part between the actions, the interleaved reference run's for several
+        stages a rank where it ran (not on more stages than blocks), else pp's: each read on its line where its
+        reference's actions computed what this run's do (``global_batch``: a micro-batch of this run's)."""
+        interleaved = costs.runtime_for(ranks, global_batch * int(INTERLEAVED_REFERENCE["stages_per_rank"])
+                                        / stages_per_rank)
+        if stages_per_rank > 1 and INTERLEAVED in interleaved:
+            return interleaved[INTERLEAVED], interleaved[INTERLEAVED_IDLE]
+        runtime = costs.runtime_for(ranks, global_batch / stages_per_rank)
         return runtime[PipelineCost.residual], runtime[PP_IDLE]
 
     def batch_share(self, scenario: Scenario) -> float:
@@ -187,11 +188,10 @@ class PipelineCost(CostModel):
         # one pipeline), on a line in their global batch: read where their micro-batch is this run's. Read at this
         # run's global batch, m = 8 took the residual of micro-batches twice this run's: the target sweep's
         # pipelines came out a median 10.3% off (largest 35.6%), 8.4% (29.9%) read so (re-predicted, unscaled).
-        # A reference action computes its rank's whole stage; with v stages a rank, a v-th of that: the residual's
-        # part that grows with the work is read at a v-th of the samples (its part per action: the line's start).
-        # Read at the micro-batch, the twelfth target sweep's cnn interleaved at 2 ranks came out 55% short, 47% so.
-        runtime = costs.runtime_for(scenario.devices, samples / v * REFERENCE_MICROBATCHES)
-        per_action, idle = self.action_terms(runtime, v)
+        # A reference action computes its rank's stage (half of it, interleaved's); with v stages a rank, a v-th: the
+        # residual's part that grows with the work is read at that share of the samples (its part per action: the
+        # line's start). Read at the micro-batch, the twelfth sweep's cnn interleaved x2 came out 55% short, 47% so.
+        per_action, idle = self.action_terms(costs, scenario.devices, samples * REFERENCE_MICROBATCHES, v)
         # of which the rank spends this much between its actions, outside their spans (into the bubble), whatever
         # the sign of the rest: on the small cnn at 2 ranks the actions ran quicker than their blocks timed alone
         # (a residual of -0.09 ms) while the ranks still waited between them; capped at the residual, the gaps

@@ -272,3 +272,16 @@ def test_the_bubble_is_measured_from_each_ranks_own_start_which_its_own_update_s
     # 47.5 ms earlier, runs its forwards, and waits for the second's first backward (at 53.5), ending at 61.5. Each
     # rank busy 12 ms of the longest rank's 61.5.
     assert step.bubble == pytest.approx(1 - 24 / (2 * 61.5))
+
+
+def test_the_interleaved_residual_is_read_where_its_reference_runs_actions_computed_as_much() -> None:
+    # Its reference run has two stages a rank, as interleaved-1f1b at v = 2 has: an action of 8 samples pays what the
+    # reference's actions of 8 samples paid (at its global batch 32), not what pp's one-stage line reads (at 16).
+    from strategies.cost_model import RuntimeOverheads
+
+    free = equal_blocks(4)
+    line = free.with_runtime_line(2, {8: RuntimeOverheads(pp_interleaved_per_action=2.0),
+                                      96: RuntimeOverheads(pp_interleaved_per_action=0.0)})
+    scenario = Scenario("pp", 2, 64, microbatches=8, schedule="interleaved-1f1b", stages_per_rank=2)
+    fixed = free.with_runtime(2, RuntimeOverheads(pp_interleaved_per_action=2.0 * (96 - 32) / 88))
+    assert predict_step(line, scenario, 1).step_ms == pytest.approx(predict_step(fixed, scenario, 1).step_ms)

@@ -154,19 +154,17 @@ def quicker(first: ComputeCosts, again: ComputeCosts) -> ComputeCosts:
     thread in a target sweep's calibration, 8.0-8.3 forty minutes later along the same path; `bench calibrate`'s
     read 8.68, then 10.01 three minutes later, while its runs' stages met the quicker."""
 
-    def lower(mine: Line | None, theirs: Line | None) -> Line | None:
-        if mine is None or theirs is None:
-            return mine
+    def lower(mine: Line, theirs: Line) -> Line:
         other = dict(theirs.points)
         return Line.fit([(n, min(ms, other.get(n, ms))) for n, ms in mine.points])
 
-    def both(mine: Line, theirs: Line) -> Line:
-        return lower(mine, theirs) or mine
+    def lower_split(mine: Line | None, theirs: Line | None) -> Line | None:  # None where not measured
+        return lower(mine, theirs) if mine is not None and theirs is not None else mine
 
-    blocks = [dataclasses.replace(a, forward_ms=both(a.forward_ms, b.forward_ms),
-                                  backward_ms=both(a.backward_ms, b.backward_ms),
-                                  backward_input_ms=lower(a.backward_input_ms, b.backward_input_ms),
-                                  backward_weight_ms=lower(a.backward_weight_ms, b.backward_weight_ms))
+    blocks = [dataclasses.replace(a, forward_ms=lower(a.forward_ms, b.forward_ms),
+                                  backward_ms=lower(a.backward_ms, b.backward_ms),
+                                  backward_input_ms=lower_split(a.backward_input_ms, b.backward_input_ms),
+                                  backward_weight_ms=lower_split(a.backward_weight_ms, b.backward_weight_ms))
               for a, b in zip(first.blocks, again.blocks, strict=True)]
     update = first.optimizer_ms_per_parameter * sum(b.parameters for b in blocks)
     overhead = [(n, min(plain_step_ms(first, int(n)), plain_step_ms(again, int(n))) - update
