@@ -51,7 +51,7 @@ def left_out(runs: pd.DataFrame) -> pd.Series:
 
 
 PER_RUN_MEDIANS = ("bubble_measured", "update_fraction", "predicted_step_time_ms", "predicted_compute_ms",
-                   "predicted_exposed_comm_ms", "predicted_update_ms", "predicted_bubble")
+                   "predicted_exposed_comm_ms", "predicted_update_ms", "predicted_bubble", "actions_over_predicted")
 """Figures of each run that a configuration's row shows as the median over its repeats, as its step time: what it
 measured, and what was predicted for it (each run's prediction is scaled by the canary timed just before it,
 bench/predict/canary.py: the target sweep's first repeat of mp on the transformer was predicted for a moment 17%
