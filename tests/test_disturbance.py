@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -137,3 +138,42 @@ def test_a_run_beside_a_cpu_hog_is_flagged(tmp_path: Path) -> None:
     assert record["disturbed"] is True, record["machine_load"]
     assert "other processes used" in record["disturbed_reason"]
     assert record["machine_load"]["foreign_cpu_share"] > FOREIGN_SHARE_LIMIT
+
+
+def test_the_timed_steps_own_cpu_time_is_accounted_apart_from_the_whole_window() -> None:
+    import time
+
+    disturbance.open_window()
+    end = time.process_time() + 0.05
+    while time.process_time() < end:  # the window's own work before the timed steps: not theirs
+        pass
+    disturbance.start_timing()
+    time.sleep(0.05)  # a timed step that waits (a pipeline's rank between its actions, blocked on a receive)
+    window = disturbance.close_window()
+    assert window.timed_wall_s is not None and window.timed_cpu_s is not None
+    assert 0.05 <= window.timed_wall_s < window.wall_s
+    assert window.timed_cpu_s < 0.04 < window.own_cpu_s
+    assert disturbance.close_window().timed_cpu_s is None  # one mark per run: the next window is not marked
+
+
+def test_the_record_keeps_the_timed_steps_cpu_only_where_every_rank_marked_them() -> None:
+    marked = dataclasses.replace(load(), timed_cpu_s=0.25, timed_wall_s=0.5)
+    fields = judge([marked, marked], cores=2).record_fields([marked, marked])["machine_load"]
+    assert fields["timed_cpu_s_per_rank"] == [0.25, 0.25] and fields["timed_wall_s_per_rank"] == [0.5, 0.5]
+    unmarked = judge([marked, load()], cores=2).record_fields([marked, load()])["machine_load"]
+    assert "timed_cpu_s_per_rank" not in unmarked
+
+
+@pytest.mark.launches
+def test_a_runs_record_times_its_steps_cpu_apart_from_its_start(tmp_path: Path) -> None:
+    # the sleeping model's steps wait 40 ms each (8 samples x SLEEP_MS_PER_SAMPLE) and compute almost nothing
+    out = tmp_path / "r.jsonl"
+    proc = run_bench("run", "--strategy", "single", "--model", "tests.faulty_models:sleeping", "--preset", "tiny",
+                     "--batch-size", "8", "--steps", "5", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (record,) = read_records(out)[0]
+    machine = record["machine_load"]
+    (timed_wall,), (timed_cpu,) = machine["timed_wall_s_per_rank"], machine["timed_cpu_s_per_rank"]
+    assert 5 * 0.04 <= timed_wall < machine["wall_s_per_rank"][0]  # the steps, not the warm-up and the start
+    # waiting, its steps take less CPU than wall time; its start (imports, the model built) is CPU alone
+    assert timed_cpu < 0.8 * timed_wall and timed_cpu < machine["own_cpu_s_per_rank"][0]

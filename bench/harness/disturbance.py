@@ -12,6 +12,7 @@ compute processes on the run's own devices that are not the run's (``nvidia-smi`
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -60,6 +61,7 @@ class Snapshot:
 
 
 _window_start: Snapshot | None = None
+_timed_start: Snapshot | None = None
 
 
 def open_window() -> None:
@@ -69,12 +71,24 @@ def open_window() -> None:
     _window_start = Snapshot.now()
 
 
+def start_timing() -> None:
+    """Marks where the timed steps begin (after the warm-up's barrier): ``close_window`` also accounts for this
+    process's own CPU time from here alone."""
+    global _timed_start
+    _timed_start = Snapshot.now()
+
+
 def close_window() -> RankLoad:
-    """The machine's account since ``open_window`` (or the previous ``close_window``: one per run)."""
-    global _window_start
-    start = _window_start or Snapshot.now()
-    _window_start = Snapshot.now()
-    return RankLoad.between(start, _window_start)
+    """The machine's account since ``open_window`` (or the previous ``close_window``: one per run), and this
+    process's CPU and wall time over the timed steps alone where ``start_timing`` marked them."""
+    global _window_start, _timed_start
+    start, timed = _window_start or Snapshot.now(), _timed_start
+    _window_start, _timed_start = Snapshot.now(), None
+    load = RankLoad.between(start, _window_start)
+    if timed is None:
+        return load
+    return dataclasses.replace(load, timed_cpu_s=_window_start.own_cpu_s - timed.own_cpu_s,
+                               timed_wall_s=_window_start.wall_s - timed.wall_s)
 
 
 @dataclass(frozen=True)
@@ -84,11 +98,17 @@ class RankLoad:
     host: str
     wall_s: float
     own_cpu_s: float
-    """This process's CPU time (all its threads) over the timed steps."""
+    """This process's CPU time (all its threads) over the window: its start (or its previous run's end) to its last
+    timed step."""
     machine_busy_s: float | None
     """The whole machine's busy CPU time over the same window (None where /proc/stat is missing)."""
     load_before: float
     load_after: float
+    timed_cpu_s: float | None = None
+    """This process's CPU time over its timed steps alone (None where they were not marked): set against what its
+    actions' spans took, what a pipeline's rank computes between its actions (the schedule's own work), which on
+    shared cores slows the ranks beside it as an action does."""
+    timed_wall_s: float | None = None
 
     @classmethod
     def between(cls, before: Snapshot, after: Snapshot) -> RankLoad:
@@ -119,6 +139,9 @@ class Verdict:
                 "gpu_tenants": "unknown" if self.gpu_tenants is None else self.gpu_tenants,
                 "own_cpu_s_per_rank": [round(r.own_cpu_s, 4) for r in loads],
                 "wall_s_per_rank": [round(r.wall_s, 4) for r in loads],
+                **({"timed_cpu_s_per_rank": [round(r.timed_cpu_s, 4) for r in loads if r.timed_cpu_s is not None],
+                    "timed_wall_s_per_rank": [round(r.timed_wall_s, 4) for r in loads if r.timed_wall_s is not None]}
+                   if all(r.timed_cpu_s is not None for r in loads) else {}),
                 "load_average_before": [r.load_before for r in loads],
                 "load_average_after": [r.load_after for r in loads],
             },

@@ -16,7 +16,7 @@ import models
 from bench.harness.checkpoint import load_checkpoint, save_checkpoint
 from bench.harness.comm import StepBytes
 from bench.harness.config import RunConfig
-from bench.harness.disturbance import RankLoad, close_window
+from bench.harness.disturbance import RankLoad, close_window, start_timing
 from bench.harness.failures import note_step
 from bench.harness.faults import Fault, fault_for
 from bench.harness.knobs import apply_model_knobs
@@ -203,6 +203,8 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     # counted where nothing is timed, and not beside --profile's own profiler
     counted_step = config.run.warmup - 1 if trace is None and run.topology.world_size > 1 else None
     comm = StepBytes()
+    if config.run.warmup == 0:
+        start_timing()
     with profiler:
         for step, (inputs, targets) in enumerate(batches):
             with comm.counting(topo.devices[0].type == "cuda") if step == counted_step else nullcontext():
@@ -212,6 +214,7 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
                 # while, and a rank that left it first waited for its peers inside its first timed step: fsdp
                 # ZeRO-3's, which starts with an all-gather, measured 2x its others (mlp small, 2 ranks).
                 barrier()
+                start_timing()
             if trace is not None:
                 assert isinstance(profiler, torch.profiler.profile), "step_profiler profiles when given a path"
                 profiler.step()
