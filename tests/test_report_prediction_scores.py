@@ -63,7 +63,8 @@ def test_each_pipelines_actions_are_scored_beside_its_bubble(tmp_path: Path) -> 
     md, _ = built_report(tmp_path, repeated("single", 1, 100.0) + pp)
     scores = md.split("## Predicted memory and bubbles against measured", 1)[1]
     assert "1 of 1 within 0.05" in scores
-    assert "Their actions took a median 0.75 of the time PREDICTED for them (0.75 to 0.75 over 1" in scores
+    assert "Their actions took a median 0.75 of the time PREDICTED for them" in scores
+    assert "(0.75 to 0.75 over 1 configuration, each its repeats' median" in scores
     assert "| actions measured / predicted |" in scores
 
 

@@ -99,7 +99,8 @@ def _actions(bubbles: pd.DataFrame) -> str:
     if ACTIONS not in bubbles or (ratios := bubbles[ACTIONS].dropna()).empty:
         return ""
     return (f" Their actions took a median {ratios.median():.2f} of the time PREDICTED for them ({ratios.min():.2f} to "
-            f"{ratios.max():.2f} over {len(ratios)} configurations, each its repeats' median; column `{ACTIONS}`): "
+            f"{ratios.max():.2f} over {len(ratios)} configuration{'s' if len(ratios) > 1 else ''}, each its repeats' "
+            f"median; column `{ACTIONS}`): "
             "far from 1 beside a bubble within reach, the calibrated compute missed, not the schedule.")
 
 
