@@ -116,13 +116,13 @@ class PipelineCost(CostModel):
 
     @staticmethod
     def action_terms(costs: CostSource, ranks: int, global_batch: float, stages_per_rank: int) -> tuple[float, float]:
-        """The per-action residual and its part between the actions, the interleaved reference run's for several
-        stages a rank where it ran (not on more stages than blocks), else pp's: each read on its line where its
-        reference's actions computed what this run's do (``global_batch``: a micro-batch of this run's)."""
-        interleaved = costs.runtime_for(ranks, global_batch * int(INTERLEAVED_REFERENCE["stages_per_rank"])
-                                        / stages_per_rank)
-        if stages_per_rank > 1 and INTERLEAVED in interleaved:
-            return interleaved[INTERLEAVED], interleaved[INTERLEAVED_IDLE]
+        """The per-action residual and its part between the actions, the interleaved reference run's for several stages
+        a rank where it ran, else pp's, each read where its reference's actions computed what this run's do."""
+        if stages_per_rank > 1:
+            interleaved = costs.runtime_for(ranks, global_batch * int(INTERLEAVED_REFERENCE["stages_per_rank"])
+                                            / stages_per_rank)
+            if INTERLEAVED in interleaved:
+                return interleaved[INTERLEAVED], interleaved[INTERLEAVED_IDLE]
         runtime = costs.runtime_for(ranks, global_batch / stages_per_rank)
         return runtime[PipelineCost.residual], runtime[PP_IDLE]
 
