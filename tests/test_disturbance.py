@@ -166,14 +166,19 @@ def test_the_record_keeps_the_timed_steps_cpu_only_where_every_rank_marked_them(
 
 @pytest.mark.launches
 def test_a_runs_record_times_its_steps_cpu_apart_from_its_start(tmp_path: Path) -> None:
-    # the sleeping model's steps wait 40 ms each (8 samples x SLEEP_MS_PER_SAMPLE) and compute almost nothing
+    # Each of ddp's two ranks steps 4 samples: 20 ms asleep (SLEEP_MS_PER_SAMPLE), almost nothing computed. One
+    # thread a rank, so a rank's CPU time grows only while it runs: a busy machine stretches its wall time, not its
+    # CPU. (Run as `single` with two threads, a busy CI machine read 0.83 s of CPU over 1.02 s of timed steps.)
     out = tmp_path / "r.jsonl"
-    proc = run_bench("run", "--strategy", "single", "--model", "tests.faulty_models:sleeping", "--preset", "tiny",
-                     "--batch-size", "8", "--steps", "5", "--out", str(out))
+    proc = run_bench("run", "--strategy", "ddp", "--devices", "2", "--model", "tests.faulty_models:sleeping",
+                     "--preset", "tiny", "--batch-size", "8", "--steps", "5", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     (record,) = read_records(out)[0]
     machine = record["machine_load"]
-    (timed_wall,), (timed_cpu,) = machine["timed_wall_s_per_rank"], machine["timed_cpu_s_per_rank"]
-    assert 5 * 0.04 <= timed_wall < machine["wall_s_per_rank"][0]  # the steps, not the warm-up and the start
-    # waiting, its steps take less CPU than wall time; its start (imports, the model built) is CPU alone
-    assert timed_cpu < 0.8 * timed_wall and timed_cpu < machine["own_cpu_s_per_rank"][0]
+    assert record["threads_per_process"] == [1, 1]
+    for rank in range(2):
+        timed_wall, timed_cpu = machine["timed_wall_s_per_rank"][rank], machine["timed_cpu_s_per_rank"][rank]
+        assert 5 * 0.02 <= timed_wall < machine["wall_s_per_rank"][rank]  # the steps, not the warm-up and start
+        # asleep for most of its steps, a rank takes far less CPU than wall time over them; its start (imports,
+        # the model built, the process group joined) is CPU alone
+        assert timed_cpu < 0.5 * timed_wall and timed_cpu < machine["own_cpu_s_per_rank"][rank]
