@@ -76,3 +76,31 @@ def test_the_compute_timed_twice_keeps_each_blocks_quicker_timing_and_the_plain_
     # the first timing's plain step at 8 (27.7 ms) over blocks 6 ms quicker (block 1's forward by 2, backward by 4)
     assert merged.step_overhead_ms.at(8) == pytest.approx(0.5 + 3 * (6.0 - 4.0))
     assert quicker(slow_later, slow_later) == slow_later
+
+
+def test_blocks_that_sum_past_their_plain_step_beyond_its_spread_are_scaled_to_it_there_only() -> None:
+    # The seventeenth target sweep's one-thread cnn: blocks summing 49.7 ms at 4 samples over a plain step of 39.2
+    # less its update (overhead -10.5 ms, the step's spread 7.5%); at 8 samples 5% past it, inside the spread.
+    from bench.predict.calibration import BlockCost, ComputeCosts, Line
+    from bench.predict.compute import plain_step_ms, reconciled
+
+    blocks = [BlockCost(Line.fit([(4, 10.0), (8, 14.0)]), Line.fit([(4, 14.85), (8, 26.0)]), 10, 4.0, 4.0,
+                        backward_input_ms=Line.fit([(4, 7.0), (8, 13.0)])),
+              BlockCost(Line.fit([(4, 10.0), (8, 10.0)]), Line.fit([(4, 14.85), (8, 20.0)]), 10, 4.0, 4.0)]
+    costs = ComputeCosts(blocks, 0.01, Line.fit([(4, -10.5), (8, -3.5)]), spread=0.075)
+    mended = reconciled(costs)
+    scale = 39.2 / 49.7
+
+    def times(line: Line | None) -> list[float]:
+        assert line is not None
+        return [ms for _, ms in line.points]
+
+    assert times(mended.blocks[0].forward_ms) == pytest.approx([10.0 * scale, 14.0])
+    assert times(mended.blocks[1].backward_ms) == pytest.approx([14.85 * scale, 20.0])
+    assert times(mended.blocks[0].backward_input_ms) == pytest.approx([7.0 * scale, 13.0])
+    assert mended.blocks[1].backward_weight_ms is None
+    assert mended.step_overhead_ms.points == ((4, 0.0), (8, -3.5))
+    for n in (4, 8):  # the plain step, what single predicts, as it was measured
+        assert plain_step_ms(mended, n) == pytest.approx(plain_step_ms(costs, n))
+    steady = ComputeCosts(blocks, 0.01, Line.fit([(4, -3.0), (8, 2.0)]), spread=0.075)
+    assert reconciled(steady) == steady  # 6% past it at 4 samples: inside the step's spread

@@ -25,7 +25,7 @@ from bench.predict.calibration import Calibration, Canary, ComputeCosts
 from bench.predict.canary import DRIFT_LIMIT, canary_layout, canary_ms
 from bench.predict.collectives import GROUPS, default_sizes, measure_collectives
 from bench.predict.communication import Communication
-from bench.predict.compute import compute_costs_on, plain_step_ms, quicker, timed_batches
+from bench.predict.compute import compute_costs_on, plain_step_ms, quicker, reconciled, timed_batches
 from bench.predict.core_sharing import slowdown
 from bench.predict.costs import cost_model, predicted_strategies
 from bench.predict.reference_speed import StepSpeed, at_calibration_speed, timed_between
@@ -124,6 +124,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
                                                 repeats))
         steps.update()
     steps.close()
+    costs = {t: reconciled(c) for t, c in costs.items()}  # blocks no slower than the step that runs them all
     env = environment()
     calibration = Calibration(config.workload.model, config.workload.preset, config.workload.norm, "fp32",
                               config.run.accelerator, config.run.backend,
