@@ -180,7 +180,7 @@ def reconciled(costs: ComputeCosts) -> ComputeCosts:
     summed past it (less the update) by more than that step's own spread; its overhead there is then none.
 
     A whole pass holds every block's forward and backward: timed apart, they summed past it where a slow spell
-    took the blocks and not the steps (each block is timed in two passes minutes apart, the steps in between). The
+    took the blocks and not the steps, or where each block's own autograd call cost more than its part of one. The
     seventeenth target sweep's one-thread cnn blocks summed 49.7 ms at 4 samples against a plain step of 39.2 less
     its update (spread 7.5%), and the pipelines that ran those blocks spent 0.75-0.95 of the time predicted for
     their actions. Re-fitted on the records of 17 target sweeps, this put 164 configurations past 15% where 192
