@@ -174,7 +174,6 @@ def quicker(first: ComputeCosts, again: ComputeCosts) -> ComputeCosts:
                                else first.step_overhead_ms)
 
 
-
 def reconciled(costs: ComputeCosts) -> ComputeCosts:
     """``costs`` with the blocks at each timed batch scaled down to the plain step that runs them all, where they
     summed past it (less the update) by more than that step's own spread; its overhead there is then none.
@@ -188,7 +187,7 @@ def reconciled(costs: ComputeCosts) -> ComputeCosts:
     scale = {}
     for n, beyond in costs.step_overhead_ms.points:
         summed = sum(b.forward_ms.at(n) + b.backward_ms.at(n) for b in costs.blocks)
-        if -beyond > costs.spread * summed:
+        if summed > 0 and -beyond > costs.spread * summed:
             scale[n] = (summed + beyond) / summed
             log.info("the blocks at batch %g summed %.1f ms, %.0f%% past the plain step less its update: scaled to it",
                      n, summed, -100 * beyond / summed)
