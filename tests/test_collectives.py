@@ -35,3 +35,14 @@ def test_small_messages_are_timed_several_to_a_repeat() -> None:
 
     assert [_operations_per_repeat(size) for size in (4 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB, 256 * KIB * KIB)] \
         == [16, 16, 4, 1, 1]
+
+
+def test_an_all_gather_is_timed_only_up_to_a_shard_of_the_largest_message() -> None:
+    """Its size is each rank's shard: the largest message (the whole gradient) over the ranks is the most it sends."""
+    from bench.predict.collectives import KIB, default_sizes, operation_sizes
+
+    sizes = default_sizes(64 * KIB * KIB)
+    assert operation_sizes("all_reduce", sizes, 2) == sizes
+    assert max(operation_sizes("all_gather", sizes, 2)) == 16 * KIB * KIB  # the last within 32 MiB
+    assert max(operation_sizes("all_gather", sizes, 4)) == 16 * KIB * KIB
+    assert operation_sizes("all_gather", [4 * KIB, 16 * KIB], 8) == [4 * KIB, 16 * KIB]  # a curve needs two

@@ -184,6 +184,7 @@ def _save_merged(config: RunConfig, run: PreparedRun, state: dict[str, torch.Ten
 
 
 COMPILED_REFUSAL = "--compile: compiled blocks' kernels run past the dispatcher that torch's MemTracker watches"
+UNTRACKED = "--no-memory-by-kind: not tracked"
 
 
 def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
@@ -193,8 +194,9 @@ def _timed_steps(run: PreparedRun, config: RunConfig) -> RankStats:
     assert config.run.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
     batches = global_batches(run.dataset, config.run.batch_size, config.run.warmup + config.measure.steps)
     fault = fault_for(topo.rank)
-    memory = MemoryByKind(tracked_steps(config.run.warmup),
-                          strategy.memory_refusal() or (COMPILED_REFUSAL if config.knobs.compile else None))
+    memory = MemoryByKind(tracked_steps(config.run.warmup), strategy.memory_refusal()
+                          or (COMPILED_REFUSAL if config.knobs.compile else None)
+                          or (None if config.measure.memory_by_kind else UNTRACKED))
     profiled = min(PROFILED_STEPS, config.measure.steps)
     trace = profile_path(config.measure.profile, run_label(config.as_dict()),
                          topo.rank) if config.measure.profile else None

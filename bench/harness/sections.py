@@ -50,6 +50,8 @@ class MeasureOptions:
     """Write a torch.profiler trace of the last 3 timed steps of each rank under this folder (open in Perfetto)."""
     peak_tflops: float | None = None
     """Peak TFLOP/s per device for MFU (default: the data sheet's for known GPUs at --precision; none on CPUs)."""
+    memory_by_kind: bool = True
+    """Track the first warm-up steps' memory by kind with torch's MemTracker (untimed; it slows every op)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -113,7 +113,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     steps.update()
     for d in parallel:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
-                                            seconds=2.0)
+                                            seconds=SLOWDOWN_SECONDS)
         if d in ranks:
             on_ranks(d)
         steps.update()
@@ -169,6 +169,12 @@ def _drift_of(configs: dict[str, RunConfig], ranks: int, speed: StepSpeed,
         threads = threads_per_process(1 if config is None or in_process(config.strategy) else ranks)
         return speed.drift(threads, layouts[threads].ms) if threads in layouts else None
     return drift
+
+
+SLOWDOWN_SECONDS = 1.0
+"""How long each side of a slowdown's pairs computes (``core_sharing.slowdown``). Five slowdowns of the small
+mlp's 2 one-thread processes at batch 32 side by side on the 2-core VM: 1.026-1.083 (median 1.066) with 1 s,
+1.013-1.065 (median 1.054) with 2 s, which took 13 s of a calibration where 1 s took 7."""
 
 
 COMPUTE_TRIES = 3

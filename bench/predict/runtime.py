@@ -134,7 +134,7 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int,
                                 optimizer=workload.optimizer, precision="fp32", model=workload.model,
                                 preset=workload.preset, norm=workload.norm, batch_size=batch,
                                 steps=REFERENCE_STEPS if batch <= small else LARGE_REFERENCE_STEPS, warmup=2,
-                                devices=ranks)
+                                devices=ranks, memory_by_kind=False)
     configs = {}
     for name in predicted_strategies():
         # flags by name, which mypy cannot match to their sections: with_flags and resolve check them
