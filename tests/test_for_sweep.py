@@ -103,3 +103,30 @@ def test_once_the_run_has_ended_its_canary_is_timed_again_and_its_record_rescore
     assert amended["prediction_error"] == pytest.approx(at_calibration * drift ** 0.5 / 5.0 - 1)
     assert "during the run" in " ".join(amended["prediction"]["notes"]) and other["prediction"] == handed
     assert not predictor.after_run(config, out, measured=True)  # once: nothing handed over is left
+
+
+def test_a_sweep_of_no_interleaved_schedule_calibrates_without_the_variants_and_one_that_has_them_not_reusing_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """pp's interleaved reference runs fit only the residuals of several stages a rank: a sweep without them skips
+    them, and a later sweep that needs them calibrates again rather than predicting from pp's one-stage terms."""
+    from bench.predict.runtime import fitted_key
+
+    asked: list[bool] = []
+
+    def calibrated(config: RunConfig, *args: object, variants: bool = True, **kwargs: object) -> object:
+        asked.append(variants)
+        runs = [config.with_flags(strategy="pp", devices=2, microbatches=4, schedule=schedule, stages_per_rank=v)
+                for schedule, v in [("gpipe", 1), *([("interleaved-1f1b", 2)] if variants else [])]]
+        return dataclasses.replace(equal_blocks(4), fitted_runs=tuple(fitted_key(c) for c in runs))
+
+    monkeypatch.setattr(for_sweep, "calibrate", calibrated)
+    monkeypatch.setattr(for_sweep, "machine_identity", lambda env: dict(equal_blocks(1).machine))
+    out = tmp_path / "sweep.jsonl"
+    gpipe = resolve(RunConfig.from_flags(strategy="pp", devices=2, microbatches=4, model="mlp", preset="tiny",
+                                         out=str(out)))
+    interleaved = gpipe.with_flags(schedule="interleaved-1f1b", stages_per_rank=2)
+    assert not for_sweep.needs_variants([gpipe]) and for_sweep.needs_variants([gpipe, interleaved])
+    for configs in ([gpipe], [gpipe], [gpipe, interleaved], [gpipe, interleaved], [gpipe]):
+        assert for_sweep.sweep_predictor("auto", configs, (1, 2), (4,), out).calibrations
+    assert asked == [False, True]  # then reused by both kinds of sweep
+    assert "ran no reference run of several stages a rank" in caplog.text

@@ -57,6 +57,9 @@ def test_runtime_residuals_are_what_the_cost_models_miss_on_the_reference_runs(t
                                          str(tmp_path / "reference.jsonl"), 2)
     # 8 stages on 4 ranks: more than the tiny mlp's 5 blocks, so no interleaved reference run there
     assert "pp/interleaved" not in reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 4)
+    # nor without the variants, which a sweep of no interleaved schedule leaves out (the other runs all there)
+    assert set(reference_configs(calibrated, str(tmp_path / "reference.jsonl"), 2, variants=False)) == {
+        "ddp", "zero1", "fsdp", "tp", "pp", "mp"}
 
 
 def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> None:

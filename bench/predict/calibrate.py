@@ -60,11 +60,12 @@ def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tupl
 
 
 def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
-              repeats: int, groups: int = GROUPS) -> Calibration:
+              repeats: int, groups: int = GROUPS, variants: bool = True) -> Calibration:
     """Measures compute at every thread count and batch the devices and micro-batches need, and at every
     device count beyond one the collectives, the runtimes' residuals and the slowdown of processes
     computing together. ``config`` is resolved (its batch size filled in); its strategy's options are not
-    read (a sweep hands in its model's first run, a hybrid mesh's perhaps)."""
+    read (a sweep hands in its model's first run, a hybrid mesh's perhaps). Without ``variants``, no reference
+    run of a strategy's variants (pp's interleaved: a sweep of no schedule of several stages a rank needs none)."""
     config = unread_groups_reset(config.with_flags(strategy=REFERENCE))
     assert config.run.batch_size is not None, "calibrate takes a resolved RunConfig"
     make_spec = functools.partial(models.build_model, config.workload.model, config.workload.preset,
@@ -103,7 +104,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
         probe = functools.partial(_probe, make_spec, optimizer_choice(config).build, device,
                                   tuple(c for t, c in layouts.items() if t in threads))
         (communication[d], references[d]), speeds[d] = timed_between(
-            functools.partial(_communication, config, d, largest, groups), probe, f"the reference runs on {d} rank(s)")
+            functools.partial(_communication, config, d, largest, groups, variants), probe,
+            f"the reference runs on {d} rank(s)")
 
     # ddp on one device runs its reducer with no peer: its runtime is its own, not the one 2 processes fitted
     # (the small mlp's ddp on 1 device came out 12-21% short in two main jobs from theirs). Not on a GPU yet:
@@ -257,7 +259,7 @@ def calibration_arithmetic(precision: str) -> None:
     set_tf32(precision)
 
 
-def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> tuple[
+def _communication(config: RunConfig, ranks: int, largest: int, groups: int, variants: bool) -> tuple[
         Communication, dict[int, tuple[dict[str, RunConfig], dict[str, float]]]]:
     """The collectives and the overlap measured on ``ranks`` processes (the runtimes' residuals not yet
     known), and by global batch the reference runs there (mp's in a process of its own) with their median
@@ -265,7 +267,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int) -> 
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "reference.jsonl")
         references = {f"{name}@{n}": c for n in reference_global_batches(ranks, config.run.batch_size)
-                      for name, c in reference_configs(config, out, ranks, n).items()}
+                      for name, c in reference_configs(config, out, ranks, n, variants).items()}
         on_ranks = {name: c for name, c in references.items() if not in_process(c.strategy)}
         curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)

@@ -164,13 +164,15 @@ def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, .
     firsts: dict[tuple[str, str], RunConfig] = {}
     for config in configs:
         firsts.setdefault((config.workload.model, config.workload.preset), config)
+    variants = needs_variants(configs)
     for key, config in firsts.items():
         path = out.parent / f"calibration-{key[0]}-{key[1]}.json"
-        calibration = _reusable(path, machine, key)
+        calibration = _reusable(path, machine, key, variants)
         if calibration is None:
             log.info("calibrating %s/%s on this machine -> %s", *key, path)
             try:
-                calibration = calibrate(config, devices, microbatches, _largest_message(config), repeats=5)
+                calibration = calibrate(config, devices, microbatches, _largest_message(config), repeats=5,
+                                        variants=variants)
             except Disturbed as exc:  # the runs are still measured (and judged); only their predictions go
                 log.warning("%s/%s is not predicted: %s", *key, exc)
                 continue
@@ -182,7 +184,13 @@ def sweep_predictor(choice: str, configs: list[RunConfig], devices: tuple[int, .
     return predictor
 
 
-def _reusable(path: Path, machine: dict[str, object], key: tuple[str, str]) -> Calibration | None:
+def needs_variants(configs: list[RunConfig]) -> bool:
+    """Whether any of ``configs`` runs several stages a rank, whose residuals only the reference runs' variants
+    fit (pp's interleaved: 2 ranks, 2 runs of each of 3 groups, 8 of the main job's 116 s of calibration)."""
+    return any(c.pipeline.stages_per_rank > 1 for c in configs)
+
+
+def _reusable(path: Path, machine: dict[str, object], key: tuple[str, str], variants: bool) -> Calibration | None:
     if not path.exists():
         return None
     try:
@@ -190,6 +198,10 @@ def _reusable(path: Path, machine: dict[str, object], key: tuple[str, str]) -> C
         calibration.check_matches(machine, *key)
     except ConfigError as exc:
         log.warning("%s not reused: %s", path, exc)
+        return None
+    if variants and not any(json.loads(run).get("stages_per_rank", 1) > 1 for run in calibration.fitted_runs or ()):
+        log.warning("%s not reused: it ran no reference run of several stages a rank, which this sweep's schedules "
+                    "need", path)
         return None
     return calibration
 

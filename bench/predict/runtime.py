@@ -121,12 +121,13 @@ def reference_global_batches(ranks: int, calibrated_batch: int | None) -> list[i
     return sorted({small, large if large not in (small, calibrated_batch) else large + unit})
 
 
-def reference_configs(calibrated: RunConfig, out: str, ranks: int,
-                      global_batch: int | None = None) -> dict[str, RunConfig]:
+def reference_configs(calibrated: RunConfig, out: str, ranks: int, global_batch: int | None = None,
+                      variants: bool = True) -> dict[str, RunConfig]:
     """The reference runs on ``ranks`` ranks: each strategy whose cost model fits a residual there
     (``CostModel.reference_options``), in the registry's order (zero1's residual is what it costs beyond
     ddp's, hybrid's beyond pp's), on the model and optimizer calibrated, fp32, at ``global_batch`` (None: the
-    small reference batch, ``ranks * reference_per_rank``), the default options."""
+    small reference batch, ``ranks * reference_per_rank``), the default options; with ``variants``, each
+    strategy's variants too (``CostModel.reference_variants``: pp's interleaved)."""
     workload = calibrated.workload
     small = ranks * reference_per_rank(ranks, calibrated.run.batch_size)
     batch = global_batch or small
@@ -142,10 +143,11 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int,
         extra: dict[str, Any] | None = model.reference_options(ranks, REFERENCE_MICROBATCHES)
         if extra is None or strategy_class(name).min_devices > ranks:
             continue
-        variants: dict[str, dict[str, Any]] = {name: extra, **{
+        runs: dict[str, dict[str, Any]] = {name: extra, **{
             variant_name(name, variant): options
-            for variant, options in model.reference_variants(ranks, REFERENCE_MICROBATCHES).items()}}
-        for reference, options in variants.items():
+            for variant, options in (model.reference_variants(ranks, REFERENCE_MICROBATCHES) if variants
+                                     else {}).items()}}
+        for reference, options in runs.items():
             try:
                 configs[reference] = resolve(base.with_flags(strategy=name, **options))
             except ConfigError:  # the model cannot run it (no tp plan, fewer blocks than stages): never predicted
