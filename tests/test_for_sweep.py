@@ -130,3 +130,30 @@ def test_a_sweep_of_no_interleaved_schedule_calibrates_without_the_variants_and_
         assert for_sweep.sweep_predictor("auto", configs, (1, 2), (4,), out).calibrations
     assert asked == [False, True]  # then reused by both kinds of sweep
     assert "ran no reference run of several stages a rank" in caplog.text
+
+
+def test_a_run_of_the_layout_just_read_after_the_previous_run_starts_from_that_reading(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The same step timed again a moment later says the same: only the run right after takes it, of its layout."""
+    out = tmp_path / "sweep.jsonl"
+    predictor = for_sweep.SweepPredictor()
+    canaries = (Canary(1, 4, 4.0), Canary(2, 8, 3.0))
+    predictor.calibrations[("mlp", "tiny")] = dataclasses.replace(equal_blocks(4), canaries=canaries)
+    predictor.sources[("mlp", "tiny")] = "calibration c.json"
+    ddp = resolve(RunConfig.from_flags(strategy="ddp", model="mlp", preset="tiny", devices=2, accelerator="cpu",
+                                       out=str(out)))
+    zero1, single = ddp.with_flags(strategy="zero1"), ddp.with_flags(strategy="single", devices=1)
+    readings = iter([4.0, 4.2, 3.0, 3.1, 4.3])
+    timed: list[float] = []
+    monkeypatch.setattr(for_sweep, "canary_ms", lambda *_: timed.append(reading := next(readings)) or reading)
+    monkeypatch.setattr(for_sweep, "amend_newest", lambda *_: True)
+
+    def before(config: RunConfig) -> float:
+        return json.loads(predictor.env_for(config)[PREDICTION_VARIABLE])["canary_ms"]
+
+    assert before(ddp) == 4.0 and predictor.after_run(ddp, out, measured=True)  # after it: 4.2
+    assert before(zero1) == 4.2 and len(timed) == 2  # its layout's reading just taken: not timed again
+    assert before(single) == 3.0  # another layout: timed
+    assert predictor.after_run(single, out, measured=True)  # 3.1
+    assert not predictor.after_run(zero1, out, measured=False)
+    assert before(ddp) == 4.3 and len(timed) == 5  # the reading after single's run is not its layout's
