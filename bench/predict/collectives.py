@@ -117,7 +117,7 @@ def _worker(rank: int, world: int, folder: str, accelerator: str, sizes: Sequenc
     steps: dict[str, float] = {}
     with process_group(topo, timeout_s):
         # What lives now outlives every run here: each run's end collects only what came after (a whole collection
-        # took 0.13 s a run, frozen 0.002; 39 runs a calibration of 1 and 2 ranks)
+        # took 0.13 s a run, frozen 0.002; the small mlp's group of 2 ranks runs 12)
         gc.freeze()
         for name, config in references.items():  # the runtimes' reference runs (bench/predict/runtime.py)
             result, _ = undisturbed_run(config)  # kept even if disturbed: the median over groups rules
