@@ -114,8 +114,10 @@ class SweepPredictor:
                                                              config.split.microbatches))
         if calibrated is None:
             return None, None
-        just_read = last_after is not None and last_after[0] == _layout(config, calibrated)
-        timed = last_after[1] if last_after is not None and just_read else self._timed(config, calibrated)
+        if last_after is not None and last_after[0] == _layout(config, calibrated):
+            timed = last_after[1]
+        else:
+            timed = self._timed(config, calibrated)
         if abs(timed / calibrated.ms - 1) > DRIFT_LIMIT:  # timed again: a burst of other work passes, a shift stays
             timed = min(timed, self._timed(config, calibrated))
         return calibrated, timed
