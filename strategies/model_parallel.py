@@ -30,10 +30,10 @@ from strategies.cost_model import FP32, REFERENCE_MICROBATCHES, BlockCosts, Cost
 from strategies.devices import peak_memory
 from strategies.options import ModelFacts, RunOptions, SplitOptions
 from strategies.partition import split_sequential
-from strategies.pipeline_cost import largest_stage
 from strategies.precision import Precision
 from strategies.schedules import clock_cycles, fill_drain_bubble
 from strategies.single import WholeModelCost
+from strategies.stage_split import largest_stage
 from strategies.stages import check_split, stage_balance
 from strategies.timing import BACKWARD, FORWARD, RankTiming, StepLog, StepTimer, pipeline_fields, timed_step
 

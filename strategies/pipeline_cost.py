@@ -33,51 +33,14 @@ from strategies.cost_model import (
     threads_per_process,
     whole_pass,
 )
-from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.schedules import available_schedules, schedule_info
-from strategies.step_memory import by_kind
+from strategies.stage_split import largest_stage, stage_blocks
 from strategies.timing import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 
 PIPELINE_ITERATIONS = 8
 """Rounds of a pipeline's concurrency and its slowdown. On the 2-core VM's calibrations (mlp and
 transformer small; pp GPipe and 1F1B and dp x pp on 4 ranks) 8 rounds left the step within 0.3% of
 where 11 did."""
-
-
-def stage_blocks(blocks: Sequence[BlockCosts], balance: str, stages: int, samples: float) -> list[list[int]]:
-    """Which blocks each stage holds under ``--balance`` (strategies/partition.py's rules)."""
-    sizes = explicit_balance(balance, len(blocks), stages)
-    if sizes is None:
-        if balance == "params":
-            sizes = balance_by_cost([b.parameters for b in blocks], stages)
-        elif balance == "time":
-            sizes = balance_by_cost([sum(whole_pass(blocks, [i], samples)) for i in range(len(blocks))], stages)
-        else:
-            sizes = even_balance(len(blocks), stages)
-    starts = [sum(sizes[:s]) for s in range(stages)]
-    return [list(range(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
-
-
-def largest_stage(blocks: Sequence[BlockCosts], scenario: Scenario, states: int, replicas: int,
-                  all_in_flight: bool, model: PipelineCost | None = None) -> dict[str, int]:
-    """{kind: bytes} of the pipeline rank that holds the most: its stages' state (what ``model`` says one
-    rank holds of them: all of it but for hybrid's tp and FSDP shards), and the activations of the
-    micro-batches in flight (all m under GPipe's fill and drain, at most p - rank under the others)."""
-    tp = model.tensor_parallel(scenario) if model else 1
-    ranks = scenario.devices // (replicas * tp)
-    m = scenario.microbatches
-    micro = scenario.global_batch / replicas / m
-    stages = stage_blocks(blocks, scenario.balance, ranks * scenario.stages_per_rank, micro)
-    best: dict[str, int] = {}
-    for rank in range(ranks):
-        mine = [i for s in range(rank, len(stages), ranks) for i in stages[s]]
-        held = model.local_parameters(blocks, mine, scenario) if model else sum(blocks[i].parameters for i in mine)
-        in_flight = m if all_in_flight else min(m, ranks - rank)
-        kinds = by_kind(held, held, states * held, sum(blocks[i].saved_bytes_per_sample for i in mine) * micro
-                        * in_flight, **(model.gathered(blocks, mine, scenario) if model else {}))
-        if kinds["total"] > best.get("total", -1):
-            best = kinds
-    return best
 
 
 STAGGER_ROUNDS = 3
@@ -175,7 +138,7 @@ class PipelineCost(CostModel):
                  for part, share in zip(parts, shares, strict=True)]
         splits = [None if split is None else tuple(t * share for t in split)
                   for split, share in zip((split_pass(blocks, part, samples) for part in parts), shares, strict=True)]
-        inside = [self.action_communication_ms(costs, scenario, blocks, part, samples) for part in parts]
+        collectives = [self.action_communication_ms(costs, scenario, blocks, part, samples) for part in parts]
         # Stage s runs on pipeline rank s % ranks; replica r's pipeline holds global ranks r*ranks ..
         # r*ranks+ranks-1, each the first of its tp group (strategies/mesh.py: pp inside dp, tp innermost). A
         # boundary costs the slowest replica's crossing.
@@ -208,22 +171,33 @@ class PipelineCost(CostModel):
             # 7.8% -> 7.2%, bubbles within 0.05 27 -> 35 and 20 -> 26 of 52 (docs/predictor.md).
             return between * slows.get(action, all_at_work)
 
-        def duration(action: Action) -> float:
+        def compute(action: Action) -> float:  # the action's blocks as timed alone
             forward, backward = times[action.stage]
             input_grad, weight_grad = splits[action.stage] or (backward / 2, backward / 2)
             if action.stage == 0:  # its input is the batch: torch's I there computes nothing, its W the whole
                 input_grad, weight_grad = 0.0, backward  # backward (transformer zbv m=8 x4: I 0.4 ms of 92)
-            share = {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: input_grad, BACKWARD_WEIGHT: weight_grad}
+            return {FORWARD: forward, BACKWARD: backward, BACKWARD_INPUT: input_grad,
+                    BACKWARD_WEIGHT: weight_grad}[action.kind]
+
+        table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
+        # The residual's part inside the spans, spread over the actions by their compute (a slowdown beyond the
+        # modelled one), not the same on each: a stage that computes more pays more of it. The stages' measured
+        # busy time said so (the small mlp's four stages at m = 8: its first stage's ran longer, its last's shorter,
+        # than an even share predicted); re-fitted from the four target sweeps whose calibrations ran the interleaved
+        # reference, bubbles within 0.05 went 45 -> 47, 46 -> 48, 42 -> 43 and 46 -> 48 of 52 (docs/predictor.md).
+        actions = [action for order in table.values() for action in order]
+        work = sum(compute(action) for action in actions)
+        inside = (per_action - between) * len(actions) / work if work > 0 else 0.0
+
+        def duration(action: Action) -> float:
             # the stage's own collectives: the forward's before it, the backward's with its input gradient
-            forward_comm, backward_comm = inside[action.stage]
+            forward_comm, backward_comm = collectives[action.stage]
             comm = {FORWARD: forward_comm, BACKWARD: backward_comm, BACKWARD_INPUT: backward_comm}
-            return max(0.0, share[action.kind] * slows.get(action, all_at_work) + comm.get(action.kind, 0.0)
-                       + per_action - between)
+            return max(0.0, compute(action) * (slows.get(action, all_at_work) + inside) + comm.get(action.kind, 0.0))
 
         def transfer(action: Action) -> float:  # what crosses into this action from its neighbouring stage
             return sends[action.stage - 1] if action.kind == FORWARD else sends[action.stage]
 
-        table = action_table(schedule_info(scenario.schedule, available_schedules()), ranks, v, m)
         spans = simulate(table, duration, transfer, gap)
         # Each action computes at the slowdown of the ranks at work beside it (over every replica), found by
         # iterating from all of them at work (each round goes half way: a full step swings between fewer and
