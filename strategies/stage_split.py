@@ -4,14 +4,21 @@ models see it (pp's and hybrid's in strategies/pipeline_cost.py, mp's in strateg
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from strategies.cost_model import BlockCosts, Scenario, whole_pass
 from strategies.partition import balance_by_cost, even_balance, explicit_balance
 from strategies.step_memory import by_kind
 
-if TYPE_CHECKING:
-    from strategies.pipeline_cost import PipelineCost
+
+class StageHolding(Protocol):
+    """What a pipeline's cost model says one rank holds of its stages (strategies/pipeline_cost.py's PipelineCost)."""
+
+    def tensor_parallel(self, scenario: Scenario) -> int: ...
+
+    def local_parameters(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario) -> float: ...
+
+    def gathered(self, blocks: Sequence[BlockCosts], ids: Sequence[int], scenario: Scenario) -> dict[str, float]: ...
 
 
 def stage_blocks(blocks: Sequence[BlockCosts], balance: str, stages: int, samples: float) -> list[list[int]]:
@@ -29,7 +36,7 @@ def stage_blocks(blocks: Sequence[BlockCosts], balance: str, stages: int, sample
 
 
 def largest_stage(blocks: Sequence[BlockCosts], scenario: Scenario, states: int, replicas: int,
-                  all_in_flight: bool, model: PipelineCost | None = None) -> dict[str, int]:
+                  all_in_flight: bool, model: StageHolding | None = None) -> dict[str, int]:
     """{kind: bytes} of the pipeline rank that holds the most: its stages' state (what ``model`` says one
     rank holds of them: all of it but for hybrid's tp and FSDP shards), and the activations of the
     micro-batches in flight (all m under GPipe's fill and drain, at most p - rank under the others)."""
