@@ -82,7 +82,7 @@ def test_hybrid_pays_its_own_residual_beyond_the_pipelines(tmp_path: Path) -> No
 
 
 def test_a_run_whose_timings_entered_the_calibration_is_fitted_and_every_other_held_out(tmp_path: Path) -> None:
-    from bench.predict.runtime import fitted, fitted_key, reference_configs
+    from bench.predict.runtime import any_several_stages_a_rank, fitted, fitted_key, reference_configs
 
     calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
                                               accelerator="cpu"))
@@ -93,6 +93,9 @@ def test_a_run_whose_timings_entered_the_calibration_is_fitted_and_every_other_h
     assert fitted(calibration, pp.with_flags(batch_size=2 * pp.run.batch_size)) is False
     assert fitted(calibration, pp.with_flags(schedule="1f1b")) is False
     assert fitted(equal_blocks(5), pp) is None  # a file from before the distinction says nothing
+    # whether the interleaved variant ran, as a sweep of several stages a rank asks before reusing a calibration
+    assert any_several_stages_a_rank(calibration.fitted_runs or ())
+    assert not any_several_stages_a_rank(fitted_key(c) for name, c in references.items() if name != "pp/interleaved")
     path = tmp_path / "cal.json"
     calibration.save(path)
     assert Calibration.load(path).fitted_runs == calibration.fitted_runs

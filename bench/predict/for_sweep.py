@@ -30,6 +30,7 @@ from bench.predict.compute import Disturbed
 from bench.predict.conformal import HeldOutErrors, held_out_errors
 from bench.predict.costs import predicted_strategies
 from bench.predict.record import prediction_record
+from bench.predict.runtime import any_several_stages_a_rank
 from strategies import ConfigError, Launch, strategy_class
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def _reusable(path: Path, machine: dict[str, object], key: tuple[str, str], vari
     except ConfigError as exc:
         log.warning("%s not reused: %s", path, exc)
         return None
-    if variants and not any(json.loads(run).get("stages_per_rank", 1) > 1 for run in calibration.fitted_runs or ()):
+    if variants and not any_several_stages_a_rank(calibration.fitted_runs or ()):
         log.warning("%s not reused: it ran no reference run of several stages a rank, which this sweep's schedules "
                     "need", path)
         return None

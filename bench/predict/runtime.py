@@ -28,7 +28,7 @@ zero1 and tp than predicted on the 2-core VM.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import models
@@ -77,6 +77,11 @@ def fitted_key(config: RunConfig) -> str:
     if not models.reads_norm(str(flags["model"])):
         key["norm"] = None
     return json.dumps(key, sort_keys=True)
+
+
+def any_several_stages_a_rank(runs: Iterable[str]) -> bool:
+    """Whether any of the runs named by ``fitted_key`` ran several stages a rank (pp's interleaved variant)."""
+    return any(json.loads(run).get("stages_per_rank", 1) > 1 for run in runs)
 
 
 def plain_step_configs(calibrated: RunConfig, batches: list[int]) -> list[RunConfig]:
