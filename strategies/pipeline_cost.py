@@ -1,5 +1,5 @@
 """What a pipeline's step costs and what its stages hold: pp's cost model (hybrid's builds on it:
-strategies/hybrid_cost.py), mp's stage memory.
+strategies/hybrid_cost.py); which blocks a stage holds and the fullest rank's memory are strategies/stage_split.py's.
 
 The schedule's own action table (strategies/action_tables.py) is replayed with the stages' calibrated F
 and B times (I and W half a B each) and transfers of the stage's output. Ranks idle in the bubble leave the
