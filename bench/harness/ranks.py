@@ -37,7 +37,8 @@ def become_rank(rank: int, world_size: int, folder: str) -> None:
     os.environ[RENDEZVOUS_FILE_VARIABLE] = os.path.join(folder, "rendezvous")
 
 
-PRELOADED = ["bench.harness.fork_server", "torch", "torch._dynamo", "bench.harness.runner", "strategies", "models"]
+PRELOADED = ["bench.harness.fork_server", "torch", "torch._dynamo", "bench.harness.runner", "strategies", "models",
+             "bench.harness.frozen_heap"]
 """What the fork server imports once: what ties its life to its starter's (first), torch, the suite, and
 torch._dynamo, which the optimizers' first step imports. A rank started afresh spends 4-5 s of a 2-core
 machine on those before its first step; one forked from the server, none. The server only imports: it
