@@ -34,6 +34,31 @@ def test_deterministic_mode_repeats_bit_for_bit(tmp_path: Path) -> None:
     assert all(torch.equal(v, again[0].model_state[k]) for k, v in first[0].model_state.items())
 
 
+def test_a_process_counts_each_workloads_flops_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import models
+    from bench.harness import runner
+    from models.flops import train_flops_per_sample
+
+    counted: list[str] = []
+
+    def counting(spec: models.ModelSpec) -> int:
+        counted.append(spec.name)
+        return train_flops_per_sample(spec)
+
+    monkeypatch.setattr(runner, "_FLOPS", {})
+    monkeypatch.setattr(runner, "train_flops_per_sample", counting)
+
+    def flops(model: str, norm: str = "batch") -> int | None:
+        return train(resolve(RunConfig.from_flags(model=model, preset="tiny", norm=norm, steps=1, warmup=0,
+                                                  out=str(tmp_path / "r.jsonl")))).flops_per_sample
+
+    first, again, other = flops("cnn"), flops("cnn"), flops("mlp")
+    assert len(counted) == 2 and counted[0] != counted[1]  # the cnn's once, then the mlp's
+    assert first == again == train_flops_per_sample(models.build_model("cnn", "tiny", "batch")) != other
+    flops("cnn", norm="group")  # another workload of the same family: counted for itself
+    assert len(counted) == 3
+
+
 def test_training_reduces_the_loss_on_a_learnable_batch(tmp_path: Path) -> None:
     config = resolve(RunConfig.from_flags(model="cnn", preset="tiny", steps=8, warmup=0, lr=0.05,
                                           out=str(tmp_path / "r.jsonl")))

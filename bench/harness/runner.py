@@ -121,13 +121,28 @@ def prepared_run(config: RunConfig, strategy: Strategy, topo: Topology) -> Prepa
     if config.checkpoint.load_checkpoint:
         spec.blocks.load_state_dict(load_checkpoint(config.checkpoint.load_checkpoint, spec.name,
                                                     config.workload.preset))
-    flops = train_flops_per_sample(spec) if topo.rank == 0 else None
+    flops = _flops_per_sample(config, spec) if topo.rank == 0 else None
     apply_model_knobs(spec, config)
     model = strategy.prepare(spec, topo)
     optimizer = strategy.make_optimizer(model, optimizer_choice(config))
     assert config.run.batch_size is not None, "config comes resolved (resolve fills in batch_size)"
     dataset = RandomDataset(spec, DATASET_BATCHES * config.run.batch_size, seed=config.workload.seed)
     return PreparedRun(strategy, topo, spec, model, optimizer, dataset, flops)
+
+
+_FLOPS: dict[tuple[str, str, str], int] = {}
+"""Each workload's count, once a process: a calibration's reference runs (12 in one group for the small mlp) and
+the tests' strategies in one group repeat the workload, and torch's counter takes 0.3 s of a core even for the tiny
+models (every operation dispatched through Python on the meta device), a third of a tiny run in one group."""
+
+
+def _flops_per_sample(config: RunConfig, spec: models.ModelSpec) -> int:
+    """``train_flops_per_sample`` of ``spec``, built from ``config``'s workload (its family, preset and norm decide
+    every shape; loaded weights and the knobs, applied after, change none)."""
+    workload = (config.workload.model, config.workload.preset, config.workload.norm)
+    if workload not in _FLOPS:
+        _FLOPS[workload] = train_flops_per_sample(spec)
+    return _FLOPS[workload]
 
 
 def make_deterministic() -> None:
