@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ from bench.harness.config import RunConfig, from_json, gpus_available, resolve, 
 from bench.harness.environment import environment
 from bench.harness.launch import RESOLVED_CONFIG_VARIABLE, launch_local, threads_per_process, under_torchrun
 from bench.harness.logs import configure_logging
+from bench.harness.ranks import torch_threads
 from bench.harness.records import append_record, build_record, failure_record
 from bench.harness.runner import train
 from bench.predict.for_sweep import check_calibration_choice, pipeline_predictor
@@ -128,7 +130,9 @@ def cmd_list() -> int:
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
-        config = run_config(args)
+        # on one thread: a launcher whose OpenMP threads exist cannot fork its workers (launch.worker_start_method)
+        with nullcontext() if under_torchrun() else torch_threads(1):
+            config = run_config(args)
     except ConfigError as exc:
         if under_torchrun() and int(os.environ.get("RANK", "0")) != 0:
             # Every worker of a user's torchrun sees the same bad input; one line is enough. torchrun then

@@ -12,6 +12,7 @@ process it is.
 """
 
 import io
+import logging
 import os
 import signal
 import sys
@@ -22,8 +23,21 @@ from bench.harness.disturbance import open_window
 from bench.harness.processes import SERVER_VARIABLE, die_with, die_with_parent
 
 
+def _as_a_fresh_process() -> None:
+    """Undoes what a worker forked from ``bench run`` itself (on CPUs: bench/harness/launch.py) has of torchrun's
+    agent there: its signal handlers (the agent's SIGTERM would raise in the worker, which prints the traceback,
+    where a fresh process ends) and the launcher's logging (its lines would lack this rank's prefix)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for stop in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(stop, signal.SIG_DFL)
+    for handler in logging.root.handlers[:]:
+        logging.root.removeHandler(handler)
+
+
 def work(argv: list[str]) -> int:
-    # The fork server, which dies with the launcher (bench/harness/fork_server.py).
+    _as_a_fresh_process()
+    # The fork server, which dies with the launcher (bench/harness/fork_server.py); forked from the launcher itself
+    # (on CPUs), the launcher.
     die_with(int(os.environ[SERVER_VARIABLE])) if SERVER_VARIABLE in os.environ else die_with_parent()
     open_window()  # the account of other processes' CPU time starts here (bench/harness/disturbance.py)
     for stream in (sys.stdout, sys.stderr):
@@ -47,3 +61,4 @@ if __name__ == "__main__":
     code = work(sys.argv[1:])
     if code:
         raise SystemExit(code)
+

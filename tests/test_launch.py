@@ -31,16 +31,30 @@ def _agent(monkeypatch: pytest.MonkeyPatch, outcome: BaseException | None) -> li
 
 def test_the_agent_gets_torchruns_own_arguments_and_the_workers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _agent(monkeypatch, None)
+    monkeypatch.setenv(processes.SERVER_VARIABLE, "1")  # as a process forked from a fork server has it
     assert launch.launch_local(2, ["run", "--strategy", "ddp"], "cpu", max_restarts=1, resolved="{}") == 0
     (args, env), = seen
     assert (args.standalone, args.nproc_per_node, args.max_restarts) == (True, "2", 1)
-    assert (args.run_path, args.start_method, args.training_script) == (True, "forkserver", str(launch.WORKER))
+    # on a CPU the workers fork from this process (which imported torch and the suite), each dying with it
+    assert (args.run_path, args.start_method, args.training_script) == (True, "fork", str(launch.WORKER))
     assert args.training_script_args == ["run", "--strategy", "ddp"]
     assert env[launch.RESOLVED_CONFIG_VARIABLE] == "{}"
-    assert env[processes.AGENT_VARIABLE] == str(os.getpid())  # the parent the workers' fork server must have
+    assert processes.SERVER_VARIABLE not in env and os.environ[processes.SERVER_VARIABLE] == "1"
     assert Path(env[FAILURE_DIR_VARIABLE]).name.startswith("bench-launch-")
     assert args.log_dir == os.path.join(env[FAILURE_DIR_VARIABLE], "torchrun")  # not a torchelastic_* in /tmp
     assert FAILURE_DIR_VARIABLE not in os.environ  # this process's own environment is back as it was
+
+
+def test_on_gpus_the_workers_fork_from_a_server_that_imported_torch_and_the_suite(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _agent(monkeypatch, None)
+    preloads: list[list[str]] = []
+    monkeypatch.setattr(launch, "rank_context", lambda: type("Context", (), {
+        "set_forkserver_preload": staticmethod(preloads.append)})())
+    assert launch.launch_local(2, ["run", "--strategy", "ddp"], "cuda") == 0
+    (args, env), = seen
+    assert args.start_method == "forkserver" and preloads == [[*launch.PRELOADED, "bench.worker"]]
+    assert env[processes.AGENT_VARIABLE] == str(os.getpid())  # the parent the workers' fork server must have
 
 
 def test_a_launch_leaves_no_file_behind_but_the_users_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

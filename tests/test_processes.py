@@ -40,8 +40,9 @@ def test_killing_bench_leaves_no_torchrun_and_no_worker(command: str, tmp_path: 
                     "mlp" if command == "run" else "tiny", "--out", str(out)],
                    # what a killed bench cannot remove (its failure notes' folder) stays in the test's own folder
                    env={**STALL_FOREVER, "TMPDIR": str(tmp_path)})
-    # Below bench run (torchrun's agent inside it): the fork server and two workers; below a sweep, bench run too.
-    processes = 3 if command == "run" else 4
+    # Below bench run (torchrun's agent inside it): two workers, forked from it; below a sweep, its fork server and
+    # bench run too.
+    processes = 2 if command == "run" else 4
     _wait_for(lambda: len(descendants(bench.pid)) >= processes, 120, "the workers started")
     started = descendants(bench.pid)
     bench.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel must do it

@@ -9,9 +9,10 @@ agent, as
 would, and every worker process finds itself under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) and
 trains. ``bench run`` runs that agent in its own process (torch.distributed.run's ``run``, the function
 torchrun's command line calls), sparing an interpreter that would import torch only to start the
-workers; the workers are forked from a server that imported torch and the suite once
-(``forked_workers``), sparing each of them those imports. A sweep (and verify) forks each ``bench run``
-from its own fork server (``run_child``), sparing it the same imports.
+workers; on CPUs the workers are forked from that process itself, which imported torch and the suite
+already, and on GPUs from a server that imported them once (``worker_start_method``), sparing each of
+them those imports. A sweep (and verify) forks each ``bench run`` from its own fork server
+(``run_child``), sparing it the same imports.
 A user who launches torchrun directly (``torchrun ... -m bench run``), on one node or many, reaches the
 same code in workers that import it themselves.
 """
@@ -60,17 +61,28 @@ WORKER = Path(__file__).resolve().parents[1] / "worker.py"
 """What each worker of ``bench run``'s own launch runs (torchrun's ``--run-path`` takes a file, not a module)."""
 
 
-def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0) -> list[str]:
+def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0,
+                     start_method: str = "forkserver") -> list[str]:
     """The standalone (single-node) torchrun command that re-runs ``bench_args`` on ``nproc`` workers,
-    each forked from the server ``forked_workers`` prepares.
+    started as ``start_method`` says (``worker_start_method``).
 
     ``--max-restarts 0`` by default: a benchmark that silently restarts would time the restart.
     """
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
-        "--start-method=forkserver", "--run-path", str(WORKER), *bench_args,
+        f"--start-method={start_method}", "--run-path", str(WORKER), *bench_args,
     ]
+
+
+def worker_start_method(accelerator: str) -> str:
+    """How the agent in this process starts its workers. On CPUs, forked from this process, which has imported
+    torch and the suite: a fork server of their own imported them afresh at every launch, 3 s of the 2-core VM's
+    4.7-5 s a tiny run of a sweep took (1.3-1.8 s forked so). Safe only while this process has made no OpenMP
+    team (libgomp's threads do not survive a fork: a child's first parallel region of 2 threads then waits on
+    them for ever): ``bench run`` validates on one thread (bench/cli.py) and computes nothing after. On GPUs,
+    from a server that imported them once and holds no CUDA state (``forked_workers``)."""
+    return "fork" if accelerator == "cpu" else "forkserver"
 
 
 def forked_workers() -> None:
@@ -116,13 +128,17 @@ def launch_local(
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    command = torchrun_command(nproc, bench_args, max_restarts)
+    start_method = worker_start_method(accelerator)
+    command = torchrun_command(nproc, bench_args, max_restarts, start_method)
     log.info("launching: %s", " ".join(command))
     ours = dict(os.environ)
     with _launch_files(torchrun_env(nproc, accelerator, max_restarts, resolved)) as (env, notes):
         # torchrun's agent hands its workers this process's environment
         os.environ.update({**env, processes.AGENT_VARIABLE: str(os.getpid())})  # the fork server's parent
-        forked_workers()
+        if start_method == "forkserver":
+            forked_workers()
+        else:  # forked from here, each worker dies with this process (bench/worker.py), not with a server
+            os.environ.pop(processes.SERVER_VARIABLE, None)
         try:
             run(parse_args(command[3:]))  # past "python -m torch.distributed.run"
             returncode = 0
