@@ -61,4 +61,3 @@ if __name__ == "__main__":
     code = work(sys.argv[1:])
     if code:
         raise SystemExit(code)
-

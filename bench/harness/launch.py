@@ -77,8 +77,8 @@ def torchrun_command(nproc: int, bench_args: list[str], max_restarts: int = 0,
 
 def worker_start_method(accelerator: str) -> str:
     """How the agent in this process starts its workers. On CPUs, forked from this process, which has imported
-    torch and the suite: a fork server of their own imported them afresh at every launch, 3 s of the 2-core VM's
-    4.7-5 s a tiny run of a sweep took (1.3-1.8 s forked so). Safe only while this process has made no OpenMP
+    torch and the suite: a fork server of their own imported them afresh at every launch, and a tiny run of a
+    sweep took 4-5 s on the 2-core VM (1-2 s forked so). Safe only while this process has made no OpenMP
     team (libgomp's threads do not survive a fork: a child's first parallel region of 2 threads then waits on
     them for ever): ``bench run`` validates on one thread (bench/cli.py) and computes nothing after. On GPUs,
     from a server that imported them once and holds no CUDA state (``forked_workers``)."""
