@@ -73,3 +73,22 @@ def test_no_actions_figure_where_no_run_carried_both_timelines(tmp_path: Path) -
           for r in repeated("pp", 2, 90.0, microbatches=4, measured_bubble_fraction=0.20)]
     md, _ = built_report(tmp_path, repeated("single", 1, 100.0) + pp)
     assert "Their actions took" not in md and "actions measured / predicted" not in md
+
+
+def test_a_bubble_is_read_against_the_range_its_repeats_measured(tmp_path: Path) -> None:
+    # The transformer's hybrid interleaved m=8 at 4 ranks measured 0.269, 0.365 and 0.286 over three repeats of one
+    # target sweep: the median alone hides that a rerun moves the measured bubble by 0.1.
+    def runs(predicted: float) -> list[dict]:
+        return [dict(r, strategy_fields={**r["strategy_fields"], "measured_bubble_fraction": bubble},
+                     prediction={"predicted_step_time_ms": 700.0, "predicted_bubble": predicted})
+                for r, bubble in zip(repeated("pp", 2, 90.0, microbatches=8), (0.269, 0.365, 0.286), strict=True)]
+
+    md, _ = built_report(tmp_path, repeated("single", 1, 100.0) + runs(0.40))
+    scores = md.split("## Predicted memory and bubbles against measured", 1)[1]
+    assert "0 of 1 within 0.05 of their repeats' median" in scores  # 0.40 against 0.286
+    assert "1 of 1 within 0.05 of the bubble one of their repeats measured" in scores  # 0.365 + 0.05 reaches it
+    assert "0.269-0.365" in scores and "lay a median 0.096 apart, at most 0.096 (pp (gpipe, m=8) x2" in scores
+    # beyond every repeat's, it says so
+    (tmp_path / "far").mkdir()
+    md, _ = built_report(tmp_path / "far", repeated("single", 1, 100.0) + runs(0.464))
+    assert "0 of 1 within 0.05 of the bubble one of their repeats measured" in md
