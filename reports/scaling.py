@@ -102,8 +102,8 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
             if len(values):
                 row[name] = statistics.median(values)
         row.update(_median_memory(used))
-        bubbles = used["bubble_measured"].dropna() if "bubble_measured" in used else ()
-        if len(bubbles):  # the spread a predicted bubble is read against (the repeats' own)
+        bubbles = used["bubble_measured"].dropna() if "bubble_measured" in used else pd.Series(dtype=float)
+        if not bubbles.empty:  # the spread a predicted bubble is read against (the repeats' own)
             row["bubble_measured_low"], row["bubble_measured_high"] = bubbles.min(), bubbles.max()
         # One run has no interval: the unit of repetition is the run, and its own steps' spread is not one.
         row["samples_per_s_low"], row["samples_per_s_high"] = interval or (float("nan"), float("nan"))
