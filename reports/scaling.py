@@ -60,14 +60,20 @@ slower, and against the repeats' median it read +32% where its runs read +15% to
 
 def _median_memory(runs: pd.DataFrame) -> dict[str, float]:
     """The tracked memory of the repeat whose largest device's total is the median (the lower of two), each kind as
-    that one run held it, and the range of the repeats' totals: FSDP's peak moves with when its collectives
-    complete (ZeRO-3 on the small cnn at 4 ranks: 79.74, 93.25, 93.25 MiB over three repeats)."""
+    that one run held it, and the range of the repeats' figures of each kind (``mem_<kind>_mib_low`` and
+    ``_high``): FSDP's peak moves with when its collectives complete (ZeRO-3 on the small cnn at 4 ranks: 79.74,
+    93.25, 93.25 MiB over three repeats)."""
     totals = runs["mem_total_mib"].dropna() if "mem_total_mib" in runs else pd.Series(dtype=float)
     if totals.empty:
         return {}
     middle = runs.loc[totals.index[list(totals).index(statistics.median_low(totals))]]
-    memory = {name: middle[name] for name in runs.columns if name.startswith("mem_") and name.endswith("_mib")}
-    return {**memory, "mem_total_mib_low": totals.min(), "mem_total_mib_high": totals.max()}
+    names = [name for name in runs.columns if name.startswith("mem_") and name.endswith("_mib")]
+    tracked = runs.loc[totals.index]
+    # each kind's range too (its own repeats, not the total's): a prediction of one of FSDP's two moments is read
+    # against the repeats that reached the other
+    ranges = {f"{name}_{end}": getattr(tracked[name], end_of)() for name in names
+              for end, end_of in (("low", "min"), ("high", "max"))}
+    return {**ranges, **{name: middle[name] for name in names}}
 
 
 def is_pair(interval: object) -> bool:

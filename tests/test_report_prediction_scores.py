@@ -92,3 +92,31 @@ def test_a_bubble_is_read_against_the_range_its_repeats_measured(tmp_path: Path)
     (tmp_path / "far").mkdir()
     md, _ = built_report(tmp_path / "far", repeated("single", 1, 100.0) + runs(0.464))
     assert "0 of 1 within 0.05 of the bubble one of their repeats measured" in md
+
+
+def test_each_kind_is_also_read_against_the_repeat_nearest_its_prediction(tmp_path: Path) -> None:
+    # ZeRO-3 on the small cnn at 4 ranks: one repeat peaked as predicted (18.5 MiB gathered), two as block 7's
+    # all-gather buffer was still held (28.0): the median repeat's reads 34% off, the nearest repeat's 0%.
+    from tests.helpers.records import tracked
+
+    def memory(gathered: float) -> list[dict]:
+        device = tracked(10, 10, 10, 30 + gathered)[0]
+        return [{**device, "gathered_parameters": int(gathered * 2**20)}]
+
+    predicted = {"parameters": 10 * 2**20, "gradients": 10 * 2**20, "optimizer_state": 10 * 2**20,
+                 "gathered_parameters": int(18.5 * 2**20), "total": int(48.5 * 2**20)}
+    runs = [dict(r, memory_by_kind=memory(gathered),
+                 prediction={"predicted_step_time_ms": 700.0, "predicted_memory_by_kind": predicted})
+            for r, gathered in zip(repeated("fsdp", 4, 90.0), (18.5, 28.0, 28.0), strict=True)]
+    md, _ = built_report(tmp_path, repeated("single", 1, 100.0) + runs)
+    scores = md.split("## Predicted memory and bubbles against measured", 1)[1]
+    assert "gathered parameters median 33.9%, largest 33.9%" in scores  # 18.5 against the median repeat's 28.0
+    nearest = "the largest |error|: parameters 0.0%, gradients 0.0%, optimizer state 0.0%, gathered parameters 0.0%"
+    assert nearest in scores
+    assert "error against the nearest repeat" not in scores  # summed up in the text, not a column
+    # a prediction beyond every repeat's is off by as much against the nearest
+    beyond = [dict(r, prediction={**r["prediction"], "predicted_memory_by_kind": {
+        **predicted, "gathered_parameters": 14 * 2**20}}) for r in runs]
+    (tmp_path / "beyond").mkdir()
+    md, _ = built_report(tmp_path / "beyond", repeated("single", 1, 100.0) + beyond)
+    assert "optimizer state 0.0%, gathered parameters 24.3%" in md  # 14 against 18.5

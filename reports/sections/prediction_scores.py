@@ -18,6 +18,8 @@ BUBBLE_TOLERANCE = 0.05
 REPEATS, NEAR_A_REPEAT = "repeats' bubbles", f"within {BUBBLE_TOLERANCE} of a repeat"
 """The columns of the range of bubbles a configuration's repeats measured, and whether the predicted one lies within
 the tolerance of it."""
+NEAREST = "error against the nearest repeat"
+"""The column suffix of each kind's error against the repeat whose figure of it lies nearest the prediction."""
 ACTIONS = "actions measured / predicted"
 """The column of each pipeline's actions' measured over predicted durations (reports/spans.py)."""
 
@@ -41,6 +43,8 @@ def memory_scores(runs: pd.DataFrame) -> pd.DataFrame:
             guess = float(predicted[kind]) / 2**20
             row[f"{kind} MiB (measured / predicted)"] = f"{measured:.3g} / {guess:.3g}"
             row[f"{kind} error"] = guess / measured - 1 if measured else float("nan")
+            nearest = min(max(guess, r.get(f"mem_{kind}_mib_low", measured)), r.get(f"mem_{kind}_mib_high", measured))
+            row[f"{kind} {NEAREST}"] = guess / nearest - 1 if nearest else float("nan")
         low, high = r.get("mem_total_mib_low", measured_total), r.get("mem_total_mib_high", measured_total)
         if "total" in predicted:
             row["repeats' totals MiB"] = f"{low:.3g}-{high:.3g}"
@@ -51,7 +55,19 @@ def memory_scores(runs: pd.DataFrame) -> pd.DataFrame:
     errors = [f"{kind} error" for kind in KINDS if f"{kind} error" in table]
     strings = [f"{kind} MiB (measured / predicted)" for kind in KINDS if f"{kind} error" in table]
     ranges = [c for c in ("repeats' totals MiB", "total inside") if c in table]
-    return table[["panel", "devices", "variant", *strings, *errors, *ranges]] if rows else table
+    nearest = [f"{kind} {NEAREST}" for kind in KINDS if f"{kind} error" in table]
+    return table[["panel", "devices", "variant", *strings, *errors, *ranges, *nearest]] if rows else table
+
+
+def nearest_summary(scores: pd.DataFrame) -> str:
+    """Each kind's largest |error| against the repeat whose figure of that kind lies nearest its prediction (none
+    where the prediction lies inside the range its repeats tracked)."""
+    phrases = [f"{kind.replace('_', ' ')} {errors.max():.1%}" for kind in KINDS
+               if f"{kind} {NEAREST}" in scores and not (errors := scores[f"{kind} {NEAREST}"].abs().dropna()).empty]
+    if not phrases:
+        return ""
+    return (" Against the repeat nearest each prediction (a kind's figure moves from repeat to repeat where FSDP's "
+            "collectives complete at other moments), the largest |error|: " + ", ".join(phrases) + ".")
 
 
 def kind_summary(scores: pd.DataFrame) -> list[str]:
@@ -134,12 +150,13 @@ def section(ctx: Context) -> Section | None:
         text.append("Memory: PREDICTED bytes by kind (each strategy's cost model) against torch's MemTracker on the "
                     "largest device, over the warm-up steps each run tracked (runs the tracker cannot follow, such as "
                     "pipelines, are not scored), the repeat whose total is the median; |error| by kind: "
-                    + "; ".join(kind_summary(memory)) + "." + _inside(memory))
+                    + "; ".join(kind_summary(memory)) + "." + _inside(memory) + nearest_summary(memory))
     if not bubbles.empty:
         inside = int(bubbles[f"within {BUBBLE_TOLERANCE}"].sum())
         text.append(f"Bubbles: the PREDICTED idle share of each pipeline's step (its schedule's action table "
                     f"replayed with calibrated times) against the share its ranks measured: {inside} of "
                     f"{len(bubbles)} within {BUBBLE_TOLERANCE} of their repeats' median."
                     + _near_a_repeat(bubbles) + _actions(bubbles))
+    memory = memory.drop(columns=[c for c in memory if c.endswith(NEAREST)])  # summed up in the text
     tables = [t.round(3) for t in (memory, bubbles) if not t.empty]
     return Section("Predicted memory and bubbles against measured", text, tables, appendix=True)
