@@ -71,8 +71,8 @@ def _median_memory(runs: pd.DataFrame) -> dict[str, float]:
     tracked = runs.loc[totals.index]
     # each kind's range too (its own repeats, not the total's): a prediction of one of FSDP's two moments is read
     # against the repeats that reached the other
-    ranges = {f"{name}_{end}": getattr(tracked[name], end_of)() for name in names
-              for end, end_of in (("low", "min"), ("high", "max"))}
+    ranges = {**{f"{name}_low": tracked[name].min() for name in names},
+              **{f"{name}_high": tracked[name].max() for name in names}}
     return {**ranges, **{name: middle[name] for name in names}}
 
 
