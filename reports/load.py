@@ -15,7 +15,7 @@ from bench.harness import labels
 from bench.harness.records import BadLine, RecordError, read_records
 from reports.benchmark_json import benchmark_records
 from reports.scaling import distinct_variants
-from reports.spans import actions_over_predicted
+from reports.spans import actions_over_predicted, start_delays
 from strategies.mesh import DP, DP_SHARD, PP, TP
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
         "bubble_measured": fields.get("measured_bubble_fraction"),
         "bubble_theoretical": fields.get("theoretical_bubble_fraction"),
         "actions_over_predicted": actions_over_predicted(fields.get("timeline"), prediction.get("predicted_timeline")),
+        **start_delays(fields.get("timeline")),
         "update_fraction": fields.get("update_fraction"),
         "stage_imbalance": fields.get("stage_imbalance"),
         "stages_per_rank": config.get("stages_per_rank", 1),

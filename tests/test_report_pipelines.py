@@ -10,6 +10,7 @@ import pytest
 
 from reports.load import load
 from reports.sections.pipelines import bubble_table
+from reports.spans import INPUT_AWAITED, INPUT_FIRST, OWN_INPUT
 from tests.helpers.records import TIMELINE, record, repeated
 from tests.helpers.reports import built_report
 
@@ -39,6 +40,26 @@ def test_the_bubble_table_takes_the_median_over_the_undisturbed_repeats(tmp_path
     assert row == {"panel": "mlp/small", "strategy": "pp", "schedule": "gpipe", "devices": 2, "v": 1, "m": 4,
                    "bubble_theoretical": 0.2, "bubble_measured": 0.3, "update_fraction": 0.1}
     assert bubble_table(pd.DataFrame({"bubble_measured": [None]})).empty
+
+
+def test_the_bubble_table_shows_how_long_ranks_took_to_start_their_actions_the_median_over_repeats(
+        tmp_path: Path) -> None:
+    # Two ranks, one micro-batch pair: rank 1's F1 found its input sent first and started `late` ms after it came free.
+    def timeline(late: float) -> list[dict[str, object]]:
+        spans = [(0, "F", 0, 0.0, 2.0), (0, "F", 1, 2.0, 4.0), (1, "F", 0, 2.5, 4.5),
+                 (1, "F", 1, 4.5 + late, 6.0 + late)]
+        return [{"rank": r, "stage": r, "kind": k, "microbatch": m, "start_ms": a, "end_ms": b}
+                for r, k, m, a, b in spans]
+
+    runs = [record("pp", 2, 250.0, repeat=r, microbatches=2, measured_bubble_fraction=0.3,
+                   theoretical_bubble_fraction=0.2, update_fraction=0.1, timeline=timeline(late))
+            for r, late in enumerate((1.0, 4.0, 2.0))]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    (row,) = bubble_table(load([path]).runs).to_dict("records")
+    assert row[INPUT_FIRST] == 2.0
+    assert row[OWN_INPUT] == 0.0
+    assert INPUT_AWAITED not in row  # no action waited for its input in any repeat
 
 
 def test_the_report_shows_the_median_bubble_of_the_repeats_not_the_first_ones(tmp_path: Path) -> None:

@@ -11,12 +11,15 @@ from reports import figures
 from reports.context import Context
 from reports.render import Section
 from reports.scaling import left_out
+from reports.spans import INPUT_AWAITED, INPUT_FIRST, OWN_INPUT
 
 TEXT = (
     "Bubble: the share of a step a stage sits idle (waiting, transfers, Python). Theoretical: the schedule's own "
     "action table replayed with equal stages, a backward twice a forward and free transfers ((p-1)/(m+p-1) for "
     "GPipe and 1F1B). `update` is the optimizer's own share of the step, not idle. The timeline is one step of the "
-    "last pipeline run; where the run carried its PREDICTED timeline, it is drawn below on the same time axis.")
+    "last pipeline run; where the run carried its PREDICTED timeline, it is drawn below on the same time axis. "
+    "`start_*_ms`: a rank's median wait to start an action whose input was sent before the rank came free, sent "
+    "after, or its own (docs/report.md).")
 KINDS = {"F": ("forward", "tab:blue"), "B": ("backward", "tab:orange"), "I": ("backward (input)", "tab:red"),
          "W": ("backward (weight)", "tab:green")}
 
@@ -28,8 +31,9 @@ def bubble_table(runs: pd.DataFrame) -> pd.DataFrame:
         return data
     data = data[~left_out(data)] if not left_out(data).all() else data
     keys = ["panel", "strategy", "schedule", "devices", "stages_per_rank", "microbatches"]
+    delays = [name for name in (INPUT_FIRST, INPUT_AWAITED, OWN_INPUT) if name in data and data[name].notna().any()]
     table = data.groupby(keys, dropna=False, sort=True)[
-        ["bubble_theoretical", "bubble_measured", "update_fraction"]].median().reset_index()
+        ["bubble_theoretical", "bubble_measured", "update_fraction", *delays]].median().reset_index()
     return table.rename(columns={"stages_per_rank": "v", "microbatches": "m"}).round(3)
 
 
