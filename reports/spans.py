@@ -44,9 +44,9 @@ the rank came free, where the input was its own (stage 0's forwards, the last st
 
 gloo sends a message only once its receiver has posted the matching receive, and then the sender's thread must run;
 torch's one-stage schedules post a receive as its action comes up, so an input sent first waits for that. On the
-2-core VM (six target sweeps, docs/predictor.md) at 2 ranks every kind started within 0.3-0.5 ms; at 4 processes on
-2 cores an input there first cost 1.8-3.0 ms (median), the other two 0.2-0.5 ms: one fitted gap before every action
-does not tell them apart."""
+2-core VM (six target sweeps' pipeline runs, the median of the runs' medians, docs/predictor.md) at 2 ranks every kind
+started within 0.3-0.5 ms; at 4 processes on 2 cores an input there first cost 1.3-3.1 ms, the other two 0.3-0.6 ms:
+one fitted gap before every action does not tell them apart."""
 
 
 def _stage(span: Span) -> int:
