@@ -14,6 +14,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from strategies.action_tables import Action, dependencies
+from strategies.timing import BACKWARD, BACKWARD_INPUT
+
 Span = dict[str, Any]
 """One action of a timeline as records keep it: rank, stage, kind (F, B, I, W), microbatch, start_ms, end_ms."""
 
@@ -64,12 +67,12 @@ def _pipelines(timeline: Sequence[Span]) -> dict[Any, int]:
 
 
 def _sender(span: Span, last_stage: int) -> tuple[int, tuple[str, ...]] | None:
-    """The stage and kinds whose output this action takes from the neighbouring stage; None: its input is its own."""
-    stage, kind = _stage(span), span["kind"]
-    if kind == "F" and stage > 0:
-        return stage - 1, ("F",)
-    if kind in ("B", "I") and stage < last_stage:
-        return stage + 1, ("B", "I")
+    """The neighbouring stage and the kinds of its action whose output this action takes, as the cost model's schedule
+    replay waits on them (``dependencies``); None: its input is its own."""
+    action = Action(_stage(span), span["kind"], span["microbatch"])
+    for stage, kind in dependencies(action, last_stage):
+        if stage != action.stage:
+            return stage, (BACKWARD, BACKWARD_INPUT) if kind == "IB" else (kind,)
     return None
 
 

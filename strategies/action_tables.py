@@ -117,7 +117,7 @@ def action_table(info: ScheduleInfo, ranks: int, stages_per_rank: int, microbatc
     return _flatten(schedule.pipeline_order)
 
 
-def _dependencies(action: Action, last_stage: int) -> list[tuple[int, str]]:
+def dependencies(action: Action, last_stage: int) -> list[tuple[int, str]]:
     """The (stage, kind) of this micro-batch's actions that must finish first; a backward waits for
     either kind of backward of the next stage (full, or its input half)."""
     s, kind = action.stage, action.kind
@@ -173,7 +173,7 @@ def _ready_time(
 ) -> float | None:
     """When ``action``'s inputs are all there, or None while one has not run yet."""
     ready = 0.0
-    for stage, kind in _dependencies(action, last_stage):
+    for stage, kind in dependencies(action, last_stage):
         kinds = (BACKWARD, BACKWARD_INPUT) if kind == "IB" else (kind,)
         finished = [done[key] for k in kinds if (key := (stage, k, action.microbatch)) in done]
         if not finished:
