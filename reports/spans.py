@@ -15,16 +15,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from strategies.action_tables import Action, dependencies
-from strategies.timing import BACKWARD, BACKWARD_INPUT
 
 Span = dict[str, Any]
 """One action of a timeline as records keep it: rank, stage, kind (F, B, I, W), microbatch, start_ms, end_ms."""
 
 
+def _stage(span: Span) -> int:
+    """The span's stage; records from before stages were named hold one stage a rank: its rank's."""
+    return int(span["stage"] if "stage" in span else span["rank"])
+
+
 def _durations(timeline: Sequence[Span]) -> dict[tuple[Any, ...], float]:
-    # records from before stages were named hold one stage a rank: its rank's
-    return {(s["rank"], s.get("stage", s["rank"]), s["kind"], s["microbatch"]): s["end_ms"] - s["start_ms"]
-            for s in timeline}
+    return {(s["rank"], _stage(s), s["kind"], s["microbatch"]): s["end_ms"] - s["start_ms"] for s in timeline}
 
 
 def actions_over_predicted(measured: Sequence[Span] | None, predicted: Sequence[Span] | None) -> float | None:
@@ -52,11 +54,6 @@ started within 0.3-0.5 ms; at 4 processes on 2 cores an input there first cost 1
 one fitted gap before every action does not tell them apart."""
 
 
-def _stage(span: Span) -> int:
-    """The span's stage; records from before stages were named hold one stage a rank: its rank's."""
-    return int(span["stage"] if "stage" in span else span["rank"])
-
-
 def _pipelines(timeline: Sequence[Span]) -> dict[Any, int]:
     """Each rank's pipeline: the ranks in order, cut into as many pipelines as ranks hold stage 0 (pp inside dp,
     strategies/mesh.py); one pipeline where that does not divide them."""
@@ -70,10 +67,7 @@ def _sender(span: Span, last_stage: int) -> tuple[int, tuple[str, ...]] | None:
     """The neighbouring stage and the kinds of its action whose output this action takes, as the cost model's schedule
     replay waits on them (``dependencies``); None: its input is its own."""
     action = Action(_stage(span), span["kind"], span["microbatch"])
-    for stage, kind in dependencies(action, last_stage):
-        if stage != action.stage:
-            return stage, (BACKWARD, BACKWARD_INPUT) if kind == "IB" else (kind,)
-    return None
+    return next(((stage, kinds) for stage, kinds in dependencies(action, last_stage) if stage != action.stage), None)
 
 
 def start_delays(timeline: Sequence[Span] | None) -> dict[str, float | None]:

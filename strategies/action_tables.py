@@ -117,15 +117,15 @@ def action_table(info: ScheduleInfo, ranks: int, stages_per_rank: int, microbatc
     return _flatten(schedule.pipeline_order)
 
 
-def dependencies(action: Action, last_stage: int) -> list[tuple[int, str]]:
-    """The (stage, kind) of this micro-batch's actions that must finish first; a backward waits for
-    either kind of backward of the next stage (full, or its input half)."""
+def dependencies(action: Action, last_stage: int) -> list[tuple[int, tuple[str, ...]]]:
+    """The stage of each of this micro-batch's actions that must finish first, with the kinds any one of which will
+    do: a backward waits for either kind of backward of the next stage (full, or its input half)."""
     s, kind = action.stage, action.kind
     if kind == FORWARD:
-        return [(s - 1, FORWARD)] if s > 0 else []
+        return [(s - 1, (FORWARD,))] if s > 0 else []
     if kind == BACKWARD_WEIGHT:
-        return [(s, BACKWARD_INPUT)]
-    return [(s, FORWARD)] + ([(s + 1, "IB")] if s < last_stage else [])
+        return [(s, (BACKWARD_INPUT,))]
+    return [(s, (FORWARD,))] + ([(s + 1, (BACKWARD, BACKWARD_INPUT))] if s < last_stage else [])
 
 
 def simulate(
@@ -173,8 +173,7 @@ def _ready_time(
 ) -> float | None:
     """When ``action``'s inputs are all there, or None while one has not run yet."""
     ready = 0.0
-    for stage, kind in dependencies(action, last_stage):
-        kinds = (BACKWARD, BACKWARD_INPUT) if kind == "IB" else (kind,)
+    for stage, kinds in dependencies(action, last_stage):
         finished = [done[key] for k in kinds if (key := (stage, k, action.microbatch)) in done]
         if not finished:
             return None
