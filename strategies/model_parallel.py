@@ -26,7 +26,14 @@ from torch import nn
 
 from models.spec import ModelSpec
 from strategies.base import Launch, Strategy, Topology
-from strategies.cost_model import FP32, REFERENCE_MICROBATCHES, BlockCosts, CostSource, Scenario
+from strategies.cost_model import (
+    FP32,
+    REFERENCE_MICROBATCHES,
+    BlockCosts,
+    CostSource,
+    Scenario,
+    threads_per_process,
+)
 from strategies.devices import peak_memory
 from strategies.options import ModelFacts, RunOptions, SplitOptions
 from strategies.partition import split_sequential
@@ -121,6 +128,21 @@ class ModelParallelRankFields:
     peak_mem_bytes: list[int]
 
 
+def threads_term(term: str, threads: int | None) -> str:
+    """The name of ``term`` as measured in a process of ``threads`` intra-op threads: ``term`` itself for every core
+    (None, as a sweep's one-process run computes), else ``mp_per_microbatch_1_thread``.
+
+    What mp's step takes beyond its blocks differs with its threads, as the blocks' own times are measured at each:
+    on the 2-core VM (the small mlp, 2 stages, 4 micro-batches, blocks of one calibration) at 1 thread 2.4, 3.4 and
+    2.8 ms a micro-batch at batches 8, 256 and 384, at 2 threads 0.2, -4.0 and 0.9; ``bench fidelity`` times mp as
+    one pp rank (1 thread), and read at every core's its account of pp's gap came out 12 and 6 points below the
+    measured intervals (M=4 and 8).
+    """
+    if threads is None or threads == threads_per_process(1):
+        return term
+    return f"{term}_{threads}_thread{'s' if threads > 1 else ''}"
+
+
 class StagesInTurnCost(WholeModelCost):
     """Each micro-batch a pass of its own through every block, the stages taking turns as its devices do,
     each paying mp's own runtime (the hand-over between stages, the micro-batch's slicing and loss), measured
@@ -135,16 +157,24 @@ class StagesInTurnCost(WholeModelCost):
     def runtime_units(self, scenario: Scenario, blocks: int) -> int:
         return scenario.microbatches
 
+    def fitted_terms(self, scenario: Scenario) -> tuple[str | None, str | None]:
+        return threads_term(str(self.residual), scenario.threads), None
+
     def per_pass_residual(self, costs: CostSource, scenario: Scenario) -> float:
         # Read at the run's micro-batch: read at its global batch, m = 8 paid the residual of micro-batches twice its
         # own (the eleventh target sweep's cnn m = 8 at 2 devices 38% over, 13% read so). Fitted over every stage
         # count's reference runs: mp's stages are one process's labels, and one count's pair of runs, taken minutes
         # apart from the other's, put the transformer's at 4 stages 23 ms a micro-batch above its 2 (docs/predictor.md).
-        samples, term = scenario.global_batch / scenario.microbatches, str(self.residual)
-        across = costs.residual_across_ranks(term, samples)
-        if across is not None:
-            return across
-        return costs.runtime_for(scenario.devices, samples * REFERENCE_MICROBATCHES)[term]
+        # Each thread count's own where it was measured (``threads_term``), else every core's.
+        samples = scenario.global_batch / scenario.microbatches
+        for term in dict.fromkeys((threads_term(str(self.residual), scenario.threads), str(self.residual))):
+            across = costs.residual_across_ranks(term, samples)
+            if across is not None:
+                return across
+            runtime = costs.runtime_for(scenario.devices, samples * REFERENCE_MICROBATCHES)
+            if term in runtime:
+                return runtime[term]
+        return 0.0
 
     def reference_options(self, ranks: int, microbatches: int) -> dict[str, int] | None:
         return {"microbatches": microbatches}

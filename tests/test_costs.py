@@ -209,3 +209,26 @@ def test_a_residual_below_zero_never_takes_the_step_under_its_compute_and_update
     assert "held at its compute and update" in step.notes[-1]
     above = predict_step(calibration.with_runtime(1, RuntimeOverheads(ddp_per_step=0.5)), Scenario("ddp", 1, 64), 1)
     assert above.step_ms == pytest.approx(12.0 + 5.0 + 0.5) and not above.notes
+
+
+def test_mp_on_a_ranks_threads_pays_the_residual_measured_at_those_threads_else_every_cores(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What mp takes beyond its blocks moves with its threads (2-core VM, small mlp: +2.4 to +3.4 ms a micro-batch at
+    # 1 thread, -4.0 to +0.9 at 2): bench fidelity's mp as one pp rank reads its own threads' term where measured.
+    import os
+
+    from strategies.model_parallel import threads_term
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    one_rank = threads_term("mp_per_microbatch", 4)  # a rank's share of 8 cores beside one other
+    assert one_rank == "mp_per_microbatch_4_threads" and threads_term("mp_per_microbatch", 1).endswith("_1_thread")
+    assert threads_term("mp_per_microbatch", 8) == threads_term("mp_per_microbatch", None) == "mp_per_microbatch"
+    calibration = equal_blocks(4, update=5.0).with_runtime(
+        2, RuntimeOverheads({"mp_per_microbatch": -1.0, one_rank: 3.0}))
+    on_a_rank = Scenario("mp", 2, 64, microbatches=4, threads=4)
+    assert predict_step(calibration, on_a_rank, 1).step_ms == pytest.approx(4 * (12.0 + 3.0) + 5.0)
+    assert predict_step(calibration, dataclasses.replace(on_a_rank, threads=None), 1).step_ms == pytest.approx(
+        4 * (12.0 - 1.0) + 5.0)
+    # a calibration that never timed mp at a rank's threads (older files): every core's, as before
+    every_core = equal_blocks(4, update=5.0).with_runtime(2, RuntimeOverheads(mp_per_microbatch=-1.0))
+    assert predict_step(every_core, on_a_rank, 1).step_ms == pytest.approx(4 * (12.0 - 1.0) + 5.0)

@@ -331,3 +331,31 @@ def test_a_residual_is_solved_so_its_reference_run_is_predicted_as_measured(tmp_
     assert abs(predict_step(calibration.with_runtime(4, first), scenario, 1).step_ms / measured["pp"] - 1) > 0.005
     # a step that stops answering (held at its compute and update) keeps the nearest residual found
     assert solved_residual(lambda r: max(10.0, 10.0 + r), 5.0, 1) <= 0.0
+
+
+def test_mp_timed_at_a_ranks_threads_fits_that_threads_own_term_against_the_blocks_timed_there(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # bench fidelity times mp as one pp rank: its residual there is fitted against the blocks timed at a rank's
+    # threads (here twice as slow as on every core), under a term of its own; every core's stays as it was.
+    import os
+
+    from bench.predict.reference_names import with_thread_variants
+    from bench.predict.runtime import reference_configs, residuals
+    from bench.predict.scenario import scenario_for
+    from strategies.cost_model import REFERENCE_MICROBATCHES
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    calibrated = resolve(RunConfig.from_flags(model="mlp", preset="tiny", out=str(tmp_path / "runs.jsonl"),
+                                              accelerator="cpu"))
+    configs = with_thread_variants({"mp": reference_configs(calibrated, str(tmp_path / "r.jsonl"), 2)["mp"]}, 2)
+    assert set(configs) == {"mp", "mp/4-thread"}
+    every = equal_blocks(5)
+    calibration = dataclasses.replace(every, threads={**every.threads, 4: equal_blocks(5, 2.0, 4.0).threads[4]})
+    scenario = scenario_for(configs["mp"])
+    on_a_rank = predict_step(calibration, dataclasses.replace(scenario, threads=4), 1).step_ms
+    assert on_a_rank > predict_step(calibration, scenario, 1).step_ms + 20.0  # the slower blocks priced there
+    found = residuals(calibration, 2, configs, {
+        "mp": predict_step(calibration, scenario, 1).step_ms + 0.75 * REFERENCE_MICROBATCHES,
+        "mp/4-thread": on_a_rank + 2.0 * REFERENCE_MICROBATCHES})
+    assert found["mp_per_microbatch"] == pytest.approx(0.75)
+    assert found["mp_per_microbatch_4_threads"] == pytest.approx(2.0)

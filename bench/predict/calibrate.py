@@ -28,10 +28,10 @@ from bench.predict.communication import Communication
 from bench.predict.compute import compute_costs_on, plain_step_ms, quicker, reconciled, timed_batches
 from bench.predict.core_sharing import slowdown
 from bench.predict.costs import cost_model, predicted_strategies
+from bench.predict.reference_names import in_process, rank_threads, threads_of, with_thread_variants
 from bench.predict.reference_speed import StepSpeed, at_calibration_speed, timed_between
 from bench.predict.runtime import (
     fitted_key,
-    in_process,
     in_process_step_ms,
     plain_step_configs,
     reference_batches,
@@ -41,6 +41,7 @@ from bench.predict.runtime import (
 )
 from models.spec import ModelSpec
 from strategies import REFERENCE
+from strategies.cost_model import Scenario
 
 MACHINE_KEYS = ("hostname", "torch", "gpu_names", "cpu_model", "cpu_cores")
 """What a calibration must share with the machine it predicts for."""
@@ -141,7 +142,11 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     for name in predicted_strategies():
         model = cost_model(name)
         if model.residual and model.across_ranks_units:
-            calibration = calibration.with_across_ranks(model.residual, model.across_ranks_units)
+            # each thread count's own term where its reference runs fitted one (mp's at a rank's share of the cores)
+            terms = {model.fitted_terms(Scenario(name, 2, 1, threads=rank_threads(config.run.accelerator, d)))[0]
+                     for d in (1, *ranks)}
+            for term in sorted(t for t in terms if t):
+                calibration = calibration.with_across_ranks(term, model.across_ranks_units)
     fitted_runs = tuple(fitted_key(c) for by_batch in references.values() for configs, _ in by_batch.values()
                         for c in configs.values())
     fitted_runs += tuple(fitted_key(c) for c in plain_step_configs(config, batches))
@@ -169,6 +174,7 @@ def _drift_of(configs: dict[str, RunConfig], ranks: int, speed: StepSpeed,
     def drift(name: str) -> float | None:
         config = configs.get(name.partition(":")[0])
         threads = threads_per_process(1 if config is None or in_process(config.strategy) else ranks)
+        threads = threads_of(name) or threads
         return speed.drift(threads, layouts[threads].ms) if threads in layouts else None
     return drift
 
@@ -268,6 +274,7 @@ def _communication(config: RunConfig, ranks: int, largest: int, groups: int, var
         out = str(Path(folder) / "reference.jsonl")
         references = {f"{name}@{n}": c for n in reference_global_batches(ranks, config.run.batch_size)
                       for name, c in reference_configs(config, out, ranks, n, variants).items()}
+        references = with_thread_variants(references, ranks)  # mp at a rank's share of the cores too
         on_ranks = {name: c for name, c in references.items() if not in_process(c.strategy)}
         curves, reference_ms = measure_collectives(ranks, config.run.accelerator, default_sizes(largest),
                                                    references=on_ranks, groups=groups)

@@ -74,7 +74,12 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
                      ideal_speedup(pp.devices, pp.microbatches))]
     added = {"update": False, "slowdown": False, "transfers": False, "runtime": False}
     runtime = source.runtime_for(pp.devices, pp.global_batch)
-    terms = [term for term in (cost_model(s.strategy).residual for s in (pp, mp)) if term]
+    terms: list[str] = []
+    for side in (pp, mp):  # each side's own term where measured (mp's at its threads: model_parallel.threads_term)
+        model = cost_model(side.strategy)
+        if model.residual:
+            own = model.fitted_terms(side)[0]
+            terms.append(own if own is not None and own in runtime else model.residual)
     labels = {
         "stages": "the stages as split (their calibrated forward and backward times)",
         "update": "the optimizer step and the step's own overhead (not pipelined)",

@@ -27,6 +27,7 @@ zero1 and tp than predicted on the 2-core VM.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,8 +38,9 @@ from bench.harness.disturbance import Verdict
 from bench.harness.ranks import like_a_run, torch_threads
 from bench.predict.calibration import Calibration
 from bench.predict.costs import cost_model, optimizer_states, predict_step, predicted_strategies
+from bench.predict.reference_names import in_process, strategy_of, threads_of, variant_name
 from bench.predict.scenario import Scenario, scenario_for
-from strategies import REFERENCE, ConfigError, Launch, strategy_class
+from strategies import REFERENCE, ConfigError, strategy_class
 from strategies.cost_model import (
     REFERENCE_MICROBATCHES,
     CostModel,
@@ -57,11 +59,6 @@ LARGE_REFERENCE_STEPS = 8
 LARGER = 1.5
 """The larger reference batch over the calibrated one: beyond the sweep's batch, so that its runs are held out
 and between the two reference batches."""
-
-
-def in_process(strategy: str) -> bool:
-    """A reference run of one process, timed where calibration runs rather than on the ranks."""
-    return strategy_class(strategy).launch == Launch.IN_PROCESS
 
 
 FITTED_FIELDS = ("strategy", "model", "preset", "norm", "devices", "batch_size", "microbatches", "schedule",
@@ -160,19 +157,6 @@ def reference_configs(calibrated: RunConfig, out: str, ranks: int, global_batch:
     return configs
 
 
-VARIANT = "/"
-"""Between a strategy's name and its reference variant's (``CostModel.reference_variants``): ``pp/interleaved``."""
-
-
-def variant_name(strategy: str, variant: str) -> str:
-    return strategy + VARIANT + variant
-
-
-def strategy_of(reference: str) -> str:
-    """The strategy a reference run's name (``variant_name``) runs."""
-    return reference.partition(VARIANT)[0]
-
-
 def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig],
               step_ms: dict[str, float]) -> RuntimeOverheads:
     """Each reference run's residual: the runtime term (per its unit) at which ``calibration``, with the residuals
@@ -183,6 +167,8 @@ def residuals(calibration: Calibration, ranks: int, configs: dict[str, RunConfig
     found = RuntimeOverheads()
     for name, config in configs.items():
         model, scenario = cost_model(strategy_of(name)), scenario_for(config)
+        if (threads := threads_of(name)) is not None:
+            scenario = dataclasses.replace(scenario, threads=threads)
         residual, idle = model.fitted_terms(scenario)
         if name not in step_ms or residual is None:
             continue
@@ -247,12 +233,13 @@ def solved_residual(step_at: Callable[[float], float], measured: float, units: i
     return best[0]
 
 
-def reference_step_ms(config: RunConfig) -> tuple[float, Verdict]:
-    """``collectives.undisturbed_step_ms`` of a one-process reference run, on every core, judged from here on."""
+def reference_step_ms(config: RunConfig, threads: int | None = None) -> tuple[float, Verdict]:
+    """``collectives.undisturbed_step_ms`` of a one-process reference run, on ``threads`` threads (None: every
+    core), judged from here on."""
     from bench.harness.disturbance import open_window
     from bench.predict.collectives import undisturbed_step_ms
 
-    with torch_threads(threads_per_process(1)):
+    with torch_threads(threads or threads_per_process(1)):
         open_window()
         return undisturbed_step_ms(config)
 
@@ -293,7 +280,7 @@ def in_process_step_ms(configs: dict[str, RunConfig]) -> dict[str, float]:
     for name, config in configs.items():
         if not in_process(config.strategy):
             continue
-        step_ms[name], verdict = like_a_run(config.run.accelerator, reference_step_ms, config)
+        step_ms[name], verdict = like_a_run(config.run.accelerator, reference_step_ms, config, threads_of(name))
         if verdict.disturbed:
             raise Disturbed(f"{name}'s reference run was disturbed in {REFERENCE_TRIES} tries ({verdict.reason}); "
                             "calibrate on a quiet machine")
