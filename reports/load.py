@@ -273,6 +273,8 @@ def fidelity_row(record: dict[str, Any]) -> dict[str, Any]:
         "share_of_ideal": record.get("share_of_ideal"),
         "share_of_ideal_interval": record.get("share_of_ideal_interval"),
         "predicted_steps": record.get("predicted_steps"),
+        "suite_ms": record.get("suite_ms"),  # pp's and mp's measured steps, for the account's sides
+        "baseline_ms": record.get("baseline_ms"),
     }
 
 

@@ -147,8 +147,22 @@ def pipeline_gap_table(fidelity: pd.DataFrame) -> pd.DataFrame:
         rows.append({"comparison": record["name"], "counting also": "measured",
                      "speed-up": f"{share * ideal:.2f}",
                      "share of ideal": f"{share:.0%}" + (f" [{bounds[0]:.0%}, {bounds[1]:.0%}]" if bounds else ""),
-                     "account lands": _lands(steps[-1]["predicted_share_of_ideal"], bounds)})
+                     "account lands": _lands(steps[-1]["predicted_share_of_ideal"], bounds),
+                     SIDES: _sides(steps[-1], record)})
     return pd.DataFrame(rows)
+
+
+SIDES = "PREDICTED step / measured - 1"
+"""The account's column of each side's full prediction against its measured step: which side an account misses on."""
+
+
+def _sides(last: dict, record: pd.Series) -> str:
+    """pp's and mp's PREDICTED steps (the account's last row) against the steps the comparison measured; empty for
+    a record from before they were kept."""
+    sides = [(name, last.get(f"predicted_{name}_ms"), record.get(measured))
+             for name, measured in (("pp", "suite_ms"), ("mp", "baseline_ms"))]
+    return ", ".join(f"{name} {predicted / measured - 1:+.1%}" for name, predicted, measured in sides
+                     if predicted and measured)
 
 
 def _lands(predicted: float, bounds: list[float] | tuple[float, float] | None) -> str:
@@ -159,4 +173,4 @@ def _lands(predicted: float, bounds: list[float] | tuple[float, float] | None) -
     if low <= predicted <= high:
         return "inside the measured interval"
     side, gap = ("below", low - predicted) if predicted < low else ("above", predicted - high)
-    return f"outside: {predicted:.0%}, {gap * 100:.0f} point(s) {side} it"
+    return f"outside: {predicted:.1%}, {gap * 100:.1f} point(s) {side} it"  # 0.3 points read "0" at whole points

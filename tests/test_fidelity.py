@@ -227,7 +227,8 @@ def test_the_report_shows_each_comparison_with_its_target_and_verdict(fidelity_f
 def test_the_report_puts_the_predicted_account_of_the_gap_beside_the_measured_share(tmp_path: Path) -> None:
     from bench.predict.explain import GapStep
 
-    steps = (GapStep("nothing: the ideal", 1.6), GapStep("the stages as split", 1.5), GapStep("runtime", 1.3))
+    steps = (GapStep("nothing: the ideal", 1.6), GapStep("the stages as split", 1.5, 80.0, 120.0),
+             GapStep("runtime", 1.3, 98.0, 127.4))
     explained = dataclasses.replace(speedup(4, 100.0, 128.0), predicted=steps, prediction_source="calibration c.json")
     path = tmp_path / "fidelity.jsonl"
     append_record(path, fidelity_record(explained, RunConfig(), rounds=2, env=ENV))
@@ -239,6 +240,7 @@ def test_the_report_puts_the_predicted_account_of_the_gap_beside_the_measured_sh
     assert "| pp vs mp, 2 stages, M=4 | the stages as split | 1.50 (predicted) | 94% (predicted) |" in section
     assert "| pp vs mp, 2 stages, M=4 | runtime | 1.30 (predicted) | 81% (predicted) |" in section
     assert "| pp vs mp, 2 stages, M=4 | measured | 1.28 | 80% |" in section  # 128 / 100 over the ideal 1.6
+    assert "| pp -2.0%, mp -0.5% |" in section  # each side's full prediction against its measured step
 
 
 def test_the_report_shows_and_explains_the_fsdp_comparison_where_it_was_measured(

@@ -117,20 +117,29 @@ def test_coverage_counts_each_run_against_the_interval_predicted_for_it_not_the_
 def test_the_pipeline_account_says_whether_its_full_prediction_lands_inside_the_measured_interval() -> None:
     import pandas as pd
 
-    from reports.predictions import pipeline_gap_table
+    from reports.predictions import SIDES, pipeline_gap_table
 
     steps = [{"added": "nothing", "predicted_speedup": 1.6, "predicted_share_of_ideal": 1.0},
-             {"added": "the runtimes", "predicted_speedup": 1.31, "predicted_share_of_ideal": 0.82}]
+             {"added": "the runtimes", "predicted_speedup": 1.31, "predicted_share_of_ideal": 0.82,
+              "predicted_pp_ms": 150.0, "predicted_mp_ms": 196.5}]
+
+    def measured_row(interval: list[float] | None) -> pd.Series:
+        fidelity = pd.DataFrame([{"comparison": "pp-vs-mp", "held_to_target": True, "name": "pp vs mp",
+                                  "predicted_steps": steps, "share_of_ideal": 0.88, "suite_ms": 160.0,
+                                  "baseline_ms": 196.5 / 0.98, "share_of_ideal_interval": interval}])
+        table = pipeline_gap_table(fidelity)
+        return table[table["counting also"] == "measured"].iloc[0]
 
     def landed(interval: list[float] | None) -> str:
-        fidelity = pd.DataFrame([{"comparison": "pp-vs-mp", "held_to_target": True, "name": "pp vs mp",
-                                  "predicted_steps": steps, "share_of_ideal": 0.88,
-                                  "share_of_ideal_interval": interval}])
-        table = pipeline_gap_table(fidelity)
-        measured = table[table["counting also"] == "measured"].iloc[0]
+        measured = measured_row(interval)
         return f"{measured['share of ideal']} | {measured['account lands']}"
 
-    assert landed([0.84, 0.89]) == "88% [84%, 89%] | outside: 82%, 2 point(s) below it"
+    # which side the account misses on: pp's full prediction 150 ms against its measured 160, mp's 2% short
+    assert measured_row([0.84, 0.89])[SIDES] == "pp -6.2%, mp -2.0%"
+    steps[-1] = {k: v for k, v in steps[-1].items() if not k.endswith("_ms")}  # a record from before they were kept
+    assert measured_row([0.84, 0.89])[SIDES] == ""
+
+    assert landed([0.84, 0.89]) == "88% [84%, 89%] | outside: 82.0%, 2.0 point(s) below it"
     assert landed([0.80, 0.89]) == "88% [80%, 89%] | inside the measured interval"
-    assert landed([0.70, 0.80]).endswith("outside: 82%, 2 point(s) above it")
+    assert landed([0.70, 0.80]).endswith("outside: 82.0%, 2.0 point(s) above it")
     assert landed(None) == "88% | - (one round: no interval)"

@@ -26,6 +26,10 @@ class GapStep:
 
     added: str
     predicted_speedup: float
+    pp_ms: float | None = None
+    mp_ms: float | None = None
+    """Each side's PREDICTED step with those costs counted (None for the ideal): the last step's against the
+    measured steps says which side the account misses on."""
 
 
 class _Partial:
@@ -91,8 +95,8 @@ def pipeline_gap(source: CostSource, pp: Scenario, mp: Scenario) -> list[GapStep
         if name in added:
             added[name] = True
         partial = _Partial(source, **added)
-        speedup = predict_step(partial, mp, 1).step_ms / predict_step(partial, pp, 1).step_ms
-        steps.append(GapStep(labels[name], speedup))
+        pp_ms, mp_ms = predict_step(partial, pp, 1).step_ms, predict_step(partial, mp, 1).step_ms
+        steps.append(GapStep(labels[name], mp_ms / pp_ms, pp_ms, mp_ms))
     return steps
 
 

@@ -58,6 +58,7 @@ def section(ctx: Context) -> Section:
             "Why pp falls short of the ideal, PREDICTED by the calibrated model (`bench calibrate` of this machine): "
             "the speed-up with the ideal's assumptions dropped one at a time, each row adding one measured cost to "
             "those above it, the last row the full prediction; `measured` is the comparison's own figure, with its "
-            "interval over the rounds, and whether the full prediction lands inside it.")
+            "interval over the rounds, whether the full prediction lands inside it, and each side's full PREDICTED "
+            "step against the step the comparison measured (the side an account misses on).")
         section.tables.append(gap)
     return section

@@ -131,7 +131,8 @@ class PipelineSpeedup(FigureAndLine):
                 "predicted_speedup": predicted,
                 "predicted_share_of_ideal": None if predicted is None else predicted / self.ideal,
                 "predicted_steps": [{"added": s.added, "predicted_speedup": s.predicted_speedup,
-                                     "predicted_share_of_ideal": s.predicted_speedup / self.ideal}
+                                     "predicted_share_of_ideal": s.predicted_speedup / self.ideal,
+                                     "predicted_pp_ms": s.pp_ms, "predicted_mp_ms": s.mp_ms}
                                     for s in self.predicted] or None,
                 "prediction_source": self.prediction_source}
 
