@@ -173,8 +173,7 @@ def _drift_of(configs: dict[str, RunConfig], ranks: int, speed: StepSpeed,
     """The drift of a reference run's layout, by its name: mp's one process has every core, a rank its share."""
     def drift(name: str) -> float | None:
         config = configs.get(name.partition(":")[0])
-        threads = threads_per_process(1 if config is None or in_process(config.strategy) else ranks)
-        threads = threads_of(name) or threads
+        threads = threads_of(name) or threads_per_process(1 if config is None or in_process(config.strategy) else ranks)
         return speed.drift(threads, layouts[threads].ms) if threads in layouts else None
     return drift
 
