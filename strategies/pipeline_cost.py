@@ -201,10 +201,13 @@ class PipelineCost(CostModel):
         spans = simulate(table, duration, transfer, gap)
         # Each action computes at the slowdown of the ranks at work beside it (over every replica), found by
         # iterating from all of them at work (each round goes half way: a full step swings between fewer and
-        # more actions side by side).
+        # more actions side by side). Beyond the cores, as they take turns on them (``action_slowdown``): at the
+        # slowdown of processes computing side by side for a second, the 4-rank pipelines at m = 8 came out long
+        # (the small mlp's GPipe +8.1%, its dp x pp 1F1B +6.5%: median over 21 target sweeps re-predicted, their
+        # residuals fitted again), +5.6% and +2.0% so; over all their pipelines, past 15% 157 -> 145 of 1092.
         for _ in range(PIPELINE_ITERATIONS if all_at_work != 1.0 else 0):
             beside = ranks_at_work(spans, before=gap)
-            slows = {s.action: (slows.get(s.action, all_at_work) + costs.slowdown_for(replicas * beside[s.action]))
+            slows = {s.action: (slows.get(s.action, all_at_work) + costs.action_slowdown(replicas * beside[s.action]))
                      / 2 for s in spans}
             spans = simulate(table, duration, transfer, gap)
         makespan = max(s.end for s in spans)

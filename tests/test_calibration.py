@@ -95,3 +95,16 @@ def test_a_calibration_keeps_its_canary_through_its_file(tmp_path: Path) -> None
     loaded = Calibration.load(tmp_path / "c.json")
     assert loaded.canaries == canaries and loaded.canary_for(1, 32) == canaries[1] and loaded.canary_for(1, 64) is None
     assert loaded.global_batch == 64
+
+
+def test_ranks_beyond_the_cores_take_turns_on_them_at_the_cores_slowdown() -> None:
+    on_two_cores = dataclasses.replace(equal_blocks(2), machine={**MACHINE, "cpu_cores": 2},
+                                       slowdown={2: 1.03, 4: 2.57})
+    for processes, shared in [(1.5, 1.015), (2, 1.03), (3, 1.545), (4, 2.06)]:
+        assert on_two_cores.action_slowdown(processes) == pytest.approx(shared)
+    assert on_two_cores.slowdown_for(4) == 2.57  # processes computing side by side for a second: as measured
+    # never beyond what was measured, nor anywhere the cores are unknown or not shared
+    assert dataclasses.replace(on_two_cores, slowdown={2: 1.5, 4: 2.5}).action_slowdown(4) == 2.5
+    for unshared in (dataclasses.replace(on_two_cores, machine=MACHINE),
+                     dataclasses.replace(on_two_cores, accelerator="cuda")):
+        assert unshared.action_slowdown(4) == unshared.slowdown_for(4) == 2.57

@@ -281,3 +281,18 @@ def test_the_interleaved_residual_is_read_where_its_reference_runs_actions_compu
     scenario = Scenario("pp", 2, 64, microbatches=8, schedule="interleaved-1f1b", stages_per_rank=2)
     fixed = free.with_runtime(2, RuntimeOverheads(pp_interleaved_per_action=2.0 * (96 - 32) / 88))
     assert predict_step(line, scenario, 1).step_ms == pytest.approx(predict_step(fixed, scenario, 1).step_ms)
+
+
+def test_a_pipelines_ranks_beyond_the_cores_compute_at_the_time_shared_slowdown() -> None:
+    # 4 ranks on 2 cores, every rank at work all the time (m much larger than p): 2 ranks a core, each at the
+    # 2-process slowdown twice over, whatever 4 processes side by side for a second measured beyond that
+    scenario = Scenario("pp", 4, 8 * 64, microbatches=64, schedule="1f1b")
+
+    def step_ms(slowdown: dict[int, float], machine: dict[str, object]) -> float:
+        return predict_step(dataclasses.replace(equal_blocks(4), slowdown=slowdown, machine=machine), scenario,
+                            1).step_ms
+
+    two_cores = {"hostname": "here", "torch": "2.x", "cpu_cores": 2}
+    # (the iterations start from every rank at work at the measured slowdown, and go half way a round)
+    assert step_ms({2: 1.0, 4: 3.0}, two_cores) == pytest.approx(step_ms({2: 1.0, 4: 2.0}, two_cores), rel=0.005)
+    assert step_ms({2: 1.0, 4: 3.0}, {"hostname": "here", "torch": "2.x"}) > 1.4 * step_ms({2: 1.0, 4: 2.0}, two_cores)

@@ -141,6 +141,16 @@ class Calibration:
         (n0, s0), (n1, s1) = points[i - 1], points[i]
         return s0 + (s1 - s0) * (processes - n0) / (n1 - n0)
 
+    def action_slowdown(self, processes: float) -> float:
+        """``slowdown_for`` of a pipeline's action (a few ms) with ``processes`` ranks at work beside it. More of
+        them than the cores take turns on them: each at the cores' slowdown times the oversubscription, where
+        processes computing side by side for a second measured more (4 on the 2-core VM: 2.57 against 2.06 so,
+        their working sets evicting each other slice by slice). The smaller of the two."""
+        cores, measured = self.machine.get("cpu_cores"), self.slowdown_for(processes)
+        if self.accelerator != "cpu" or not isinstance(cores, int) or processes <= cores:
+            return measured
+        return min(measured, self.slowdown_for(cores) * processes / cores)
+
     def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
         """``operation``'s ms on ``ranks`` processes, from the curve measured on that many, else on the
         nearest count measured: a ring moves 2(N-1)/N of the bytes per rank for all-reduce and (N-1)/N for

@@ -54,6 +54,9 @@ class _Partial:
     def slowdown_for(self, processes: float) -> float:
         return self.source.slowdown_for(processes) if self.slowdown else 1.0
 
+    def action_slowdown(self, processes: float) -> float:
+        return self.source.action_slowdown(processes) if self.slowdown else 1.0
+
     def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
         return self.source.collective_ms(operation, size, ranks, stride) if self.transfers else 0.0
 

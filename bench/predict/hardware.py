@@ -181,6 +181,9 @@ class RooflineSource:
     def slowdown_for(self, processes: float) -> float:
         return 1.0
 
+    def action_slowdown(self, processes: float) -> float:
+        return 1.0
+
     def collective_ms(self, operation: str, size: float, ranks: int, stride: int = 1) -> float:
         """``size`` as costs.py names it: all_gather each rank's shard (of fp32 parameters, gathered in the
         compute precision), the others the whole tensor each rank contributes. A group whose ranks are
