@@ -160,3 +160,11 @@ def test_the_compute_is_measured_again_while_its_plain_step_strays_from_its_cana
     # a canary at a batch the blocks were not timed at, or none, checks nothing
     assert plain_step_ms(steady_compute(lambda: costs(50.0), (Canary(2, 16, 30.0),))[0], 64) == pytest.approx(50.0)
     assert steady_compute(lambda: costs(50.0), ())[1] == ()
+
+
+def test_a_calibration_beyond_the_cores_measures_the_slowdown_of_as_many_processes_as_cores() -> None:
+    from bench.predict.calibrate import slowdown_counts
+
+    assert slowdown_counts([4], 2) == [2, 4]  # a sweep of 4 devices alone on 2 cores
+    assert slowdown_counts([2, 4], 2) == [2, 4] and slowdown_counts([2], 2) == [2]
+    assert slowdown_counts([2, 4], 8) == [2, 4] and slowdown_counts([], 2) == []  # never beyond the cores: as run

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,14 @@ def calibration_batches(batch: int, devices: tuple[int, ...], microbatches: tupl
     return sorted({max(1, batch // (d * m)) for d in (1, *devices) for m in (1, *microbatches)})
 
 
+def slowdown_counts(parallel: list[int], cores: int) -> list[int]:
+    """The process counts whose slowdown a CPU calibration measures: each of its device counts beyond one, and the
+    cores' where one goes beyond them, which a pipeline's ranks beyond the cores take turns at
+    (``Calibration.action_slowdown``: read straight between 1 and 4 processes, a 4-device sweep's 2-process slowdown
+    came out 1.69, where the target sweeps' 63 calibrations measured 1.00-1.13)."""
+    return sorted({*parallel, cores} if 1 < cores < max(parallel, default=0) else set(parallel))
+
+
 def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[int, ...], largest: int,
               repeats: int, groups: int = GROUPS, variants: bool = True) -> Calibration:
     """Measures compute at every thread count and batch the devices and micro-batches need, and at every
@@ -82,7 +91,8 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     device = torch.device("cuda" if cuda else "cpu")
     canaries_before = _canaries(config, make_spec, devices, microbatches, device)
     costs = {}
-    steps = tqdm(total=len(threads) * (1 if cuda else 2) + len(parallel) + 1, desc="calibrate", unit="step")
+    counts = parallel if cuda else slowdown_counts(parallel, os.cpu_count() or 1)  # the cores the ranks share
+    steps = tqdm(total=len(threads) * (1 if cuda else 2) + len(counts) + 1, desc="calibrate", unit="step")
     for t in threads:
         measure = functools.partial(like_a_run, config.run.accelerator, compute_costs_on, t, make_spec, batches,
                                     optimizer_choice(config).build, device, repeats)
@@ -114,7 +124,7 @@ def calibrate(config: RunConfig, devices: tuple[int, ...], microbatches: tuple[i
     if not cuda:
         on_ranks(1)
     steps.update()
-    for d in parallel:
+    for d in counts:
         slow[d] = 1.0 if cuda else slowdown(make_spec, max(1, config.run.batch_size // d), d, threads_per_process(d),
                                             seconds=SLOWDOWN_SECONDS)
         if d in ranks:
